@@ -1,0 +1,52 @@
+# splatq developer entry points. `make test` and `make up` work on a fresh clone: they create
+# .venv, install, and make sure a redis-server binary exists before using it.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+.PHONY: install redis-server test lint typecheck pytest up bench clean
+
+$(STAMP): pyproject.toml
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	# torch is pinned (2.13.0) in pyproject: the CPU wheel on these machines' local disk.
+	$(PY) -m pip install --quiet -e '.[dev]'
+	@touch $@
+
+install: $(STAMP)
+
+redis-server:
+	@if command -v redis-server >/dev/null 2>&1; then \
+	  true; \
+	elif [ "$$(id -u)" = "0" ] && command -v apt-get >/dev/null 2>&1; then \
+	  echo "redis-server missing: installing Debian's redis-server"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server >/dev/null; \
+	else \
+	  echo "ERROR: redis-server is not installed and this user cannot install it."; \
+	  echo "Install Redis >= 7.0 (Debian/Ubuntu: sudo apt-get install redis-server) and retry."; \
+	  exit 1; \
+	fi
+
+lint: install
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+typecheck: install
+	$(VENV)/bin/mypy
+
+pytest: install redis-server
+	$(VENV)/bin/pytest -q
+
+test: lint typecheck pytest
+
+up: install redis-server
+	$(VENV)/bin/splatq up
+
+bench: install redis-server
+	$(PY) -m pip install --quiet -e '.[dev,bench]'
+	$(PY) bench/engine_throughput.py
+
+clean:
+	rm -rf $(VENV) var out .mypy_cache .ruff_cache .pytest_cache

@@ -1,0 +1,176 @@
+"""Job records as they cross the wire: what a producer submits and what a job hash holds.
+
+Pure parsing and formatting; the Redis reads and writes live in `shared.queue`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from shared.keys import StreamName
+from shared.states import JobStatus
+
+JOB_FORMAT_VERSION = "1"
+
+QUALITY_STREAMS: Mapping[str, StreamName] = {
+    "preview": StreamName.INTERACTIVE,
+    "full": StreamName.SYNTHESIS,
+}
+
+
+@dataclass(frozen=True, slots=True)
+class JobSpec:
+    """Everything a producer (the gateway) decides about a new job."""
+
+    tenant: str
+    quality: str = "full"
+    params: Mapping[str, Any] = field(default_factory=dict)
+    metadata: Mapping[str, Any] = field(default_factory=dict)
+    input_ref: str = ""
+    input_sha256: str = ""
+    model: str = ""
+    webhook_url: str = ""
+    webhook_events: tuple[str, ...] = ()
+    trace_id: str = ""
+    # A logical key (e.g. sha256 of the normalised input + output-affecting params, or a
+    # tenant's Idempotency-Key); identical keys yield one job while the claim lives.
+    idempotency_key: str = ""
+
+    @property
+    def stream(self) -> StreamName:
+        try:
+            return QUALITY_STREAMS[self.quality]
+        except KeyError:
+            raise ValueError(f"unknown quality {self.quality!r}") from None
+
+    def hash_fields(self) -> dict[str, str]:
+        return {
+            "v": JOB_FORMAT_VERSION,
+            "tenant": self.tenant,
+            "quality": self.quality,
+            "stream": self.stream.value,
+            "params": orjson.dumps(dict(self.params)).decode(),
+            "metadata": orjson.dumps(dict(self.metadata)).decode(),
+            "input_ref": self.input_ref,
+            "input_sha256": self.input_sha256,
+            "model": self.model,
+            "webhook_url": self.webhook_url,
+            "webhook_events": ",".join(self.webhook_events),
+            "trace_id": self.trace_id,
+        }
+
+
+def _int(raw: Mapping[str, str], name: str) -> int:
+    value = raw.get(name, "")
+    return int(value) if value not in ("", None) else 0
+
+
+def _opt_int(raw: Mapping[str, str], name: str) -> int | None:
+    value = raw.get(name, "")
+    return int(value) if value not in ("", None, "0") else None
+
+
+def _json(raw: Mapping[str, str], name: str, default: Any) -> Any:
+    value = raw.get(name, "")
+    return orjson.loads(value) if value else default
+
+
+@dataclass(frozen=True, slots=True)
+class JobError:
+    code: str
+    message: str
+    retryable: bool
+
+
+@dataclass(frozen=True, slots=True)
+class JobRecord:
+    """A job hash, typed. Timestamps are Unix milliseconds (Redis server clock)."""
+
+    id: str
+    tenant: str
+    status: JobStatus
+    quality: str
+    stream: StreamName
+    attempts: int
+    deliveries: int
+    progress: float
+    stage: str
+    created_at_ms: int
+    started_at_ms: int | None
+    completed_at_ms: int | None
+    lease_until_ms: int | None
+    params: Mapping[str, Any]
+    metadata: Mapping[str, Any]
+    artifacts: Mapping[str, str] | None
+    compute_time_ms: int | None
+    error: JobError | None
+    input_ref: str
+    input_sha256: str
+    model: str
+    trace_id: str
+    webhook_url: str
+    webhook_events: tuple[str, ...]
+    cancel_requested: bool
+    entry_id: str
+    claim_key: str
+    version: str
+
+    @classmethod
+    def from_hash(cls, raw: Mapping[str, str]) -> JobRecord:
+        """Parse HGETALL output; raises `ValueError`/`KeyError` on a record we cannot read."""
+        code = raw.get("error_code", "")
+        error = (
+            JobError(code, raw.get("error_message", ""), raw.get("error_retryable") == "1")
+            if code
+            else None
+        )
+        events = raw.get("webhook_events", "")
+        return cls(
+            id=raw["id"],
+            tenant=raw.get("tenant", ""),
+            status=JobStatus(raw["status"]),
+            quality=raw.get("quality", ""),
+            stream=StreamName(raw["stream"]),
+            attempts=_int(raw, "attempts"),
+            deliveries=_int(raw, "deliveries"),
+            progress=float(raw.get("progress") or 0.0),
+            stage=raw.get("stage", ""),
+            created_at_ms=_int(raw, "created_at_ms"),
+            started_at_ms=_opt_int(raw, "started_at_ms"),
+            completed_at_ms=_opt_int(raw, "completed_at_ms"),
+            lease_until_ms=_opt_int(raw, "lease_until_ms"),
+            params=_json(raw, "params", {}),
+            metadata=_json(raw, "metadata", {}),
+            artifacts=_json(raw, "artifacts", None),
+            compute_time_ms=_opt_int(raw, "compute_time_ms"),
+            error=error,
+            input_ref=raw.get("input_ref", ""),
+            input_sha256=raw.get("input_sha256", ""),
+            model=raw.get("model", ""),
+            trace_id=raw.get("trace_id", ""),
+            webhook_url=raw.get("webhook_url", ""),
+            webhook_events=tuple(e for e in events.split(",") if e),
+            cancel_requested=raw.get("cancel_requested") == "1",
+            entry_id=raw.get("entry_id", ""),
+            claim_key=raw.get("claim_key", ""),
+            version=raw.get("v", ""),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class JobOutcome:
+    """What a handler returns for a finished job; committed atomically with `completed`."""
+
+    artifacts: Mapping[str, str] = field(default_factory=dict)
+    compute_time_ms: int | None = None
+    model: str = ""
+    extra_fields: Mapping[str, str] = field(default_factory=dict)
+
+
+def pairs_to_dict(flat: list[str]) -> dict[str, str]:
+    """Redis flat `[k1, v1, k2, v2]` replies (HGETALL inside Lua) to a dict."""
+    return dict(zip(flat[::2], flat[1::2], strict=True))

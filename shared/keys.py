@@ -1,0 +1,70 @@
+"""Every Redis key splatq uses is built here, and nowhere else.
+
+Keys that one Lua script touches together share the `{pN}` hash tag of their partition, so
+every script stays inside one Redis Cluster slot. Pure string building; no I/O.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from enum import StrEnum
+
+from shared.ids import partition_of
+
+
+class StreamName(StrEnum):
+    """The two work streams: short interactive jobs and long synthesis jobs."""
+
+    INTERACTIVE = "interactive"
+    SYNTHESIS = "synthesis"
+
+
+STREAMS: tuple[StreamName, ...] = (StreamName.INTERACTIVE, StreamName.SYNTHESIS)
+
+
+@dataclass(frozen=True, slots=True)
+class KeySchema:
+    """Key builder for one deployment (`prefix` separates deployments sharing a Redis)."""
+
+    prefix: str = "splatq"
+    partitions: int = 1
+
+    def tag(self, partition: int) -> str:
+        return f"{self.prefix}:{{p{partition}}}"
+
+    def stream(self, partition: int, stream: StreamName) -> str:
+        return f"{self.tag(partition)}:stream:{stream.value}"
+
+    def events(self, partition: int) -> str:
+        """The outbox: job events appended by the same script as the state change."""
+        return f"{self.tag(partition)}:events"
+
+    def dead_letters(self, partition: int) -> str:
+        return f"{self.tag(partition)}:dlq:jobs"
+
+    def delayed(self, partition: int) -> str:
+        """Sorted set of job ids waiting for a retry, scored by due time (ms)."""
+        return f"{self.tag(partition)}:delayed"
+
+    def job(self, job_id: str) -> str:
+        return f"{self.tag(partition_of(job_id))}:job:{job_id}"
+
+    def lease(self, job_id: str) -> str:
+        return f"{self.tag(partition_of(job_id))}:lease:{job_id}"
+
+    def idempotency(self, partition: int, digest: str) -> str:
+        return f"{self.tag(partition)}:idem:{digest}"
+
+    def alarm_counter(self, partition: int) -> str:
+        """Counts stream entries lost to trimming (XAUTOCLAIM's deleted ids)."""
+        return f"{self.tag(partition)}:alarm:lost_entries"
+
+    def partition_for(self, logical_key: str) -> int:
+        """Stable partition of a logical key, so its claim and its job share one slot."""
+        digest = hashlib.sha256(logical_key.encode()).digest()
+        return int.from_bytes(digest[:8], "big") % self.partitions
+
+    @staticmethod
+    def digest(logical_key: str) -> str:
+        return hashlib.sha256(logical_key.encode()).hexdigest()

@@ -1,0 +1,60 @@
+-- Shared helpers prepended to every script by shared/scripts.py (after the generated
+-- ALLOWED transition table). Helpers only touch keys passed to them by the caller, so the
+-- one-slot rule of each script is decided by that script's KEYS alone.
+
+local function now_ms()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
+local function can_move(from, to)
+  local row = ALLOWED[from]
+  return row ~= nil and row[to] == true
+end
+
+-- Append one event (the webhook/SSE payload) to the outbox stream. `extra` is a fragment of
+-- JSON object members built by shared/events.py (already escaped), or ''.
+local function emit(events_key, maxlen, job_key, event_id, name, extra)
+  local f = redis.call('HMGET', job_key, 'id', 'tenant', 'metadata', 'trace_id')
+  local meta = f[3]
+  if not meta or meta == '' then meta = '{}' end
+  local ts = redis.call('TIME')[1]
+  local payload = '{"event":"' .. name .. '","id":"' .. event_id .. '","timestamp":' .. ts
+    .. ',"data":{"job_id":"' .. f[1] .. '","metadata":' .. meta
+  if extra ~= nil and extra ~= '' then payload = payload .. ',' .. extra end
+  payload = payload .. '}}'
+  redis.call('XADD', events_key, 'MAXLEN', '~', maxlen, '*',
+    'event_id', event_id, 'type', name, 'job_id', f[1], 'tenant', f[2] or '',
+    'trace_id', f[4] or '', 'payload', payload)
+end
+
+-- Acked entries are deleted at once: XACK alone leaves them in the stream forever.
+local function ack(stream, group, entry_id)
+  redis.call('XACK', stream, group, entry_id)
+  redis.call('XDEL', stream, entry_id)
+end
+
+-- Idempotency claims are strings "STATUS job_id"; only the claim's own job may move it.
+local function set_claim(claim_key, job_id, status, ttl_ms)
+  if claim_key == nil or claim_key == '' then return end
+  local cur = redis.call('GET', claim_key)
+  if cur and string.sub(cur, -string.len(job_id)) == job_id then
+    redis.call('SET', claim_key, status .. ' ' .. job_id, 'PX', ttl_ms)
+  end
+end
+
+-- Claim `claim_key` for `job_id` (PENDING) unless a live claim exists. A FAILED claim does not
+-- block re-submission: a failed or canceled job must be re-submittable by the client.
+-- Returns nil when claimed, else {status, holder_job_id}.
+local function try_claim(claim_key, job_id, ttl_ms)
+  local cur = redis.call('GET', claim_key)
+  if cur then
+    local sp = string.find(cur, ' ', 1, true)
+    local status = string.sub(cur, 1, sp - 1)
+    if status ~= 'FAILED' then
+      return {status, string.sub(cur, sp + 1)}
+    end
+  end
+  redis.call('SET', claim_key, 'PENDING ' .. job_id, 'PX', ttl_ms)
+  return nil
+end

@@ -1,0 +1,30 @@
+-- enqueue: create a job record, claim its idempotency key, XADD it to its stream and append
+-- the `queued` event -- all or nothing.
+-- KEYS (one slot {pN}): 1 job hash, 2 work stream, 3 events stream, 4 claim key (optional)
+-- ARGV: 1 job_id, 2 event_id, 3 stream_maxlen, 4 events_maxlen, 5 claim_ttl_ms,
+--       6 queued event name, 7 event extra JSON, 8.. field/value pairs for the job hash
+-- Returns {'created', job_id, entry_id} | {'duplicate', job_id, claim_status} |
+--         {'exists', job_id}
+local job_id = ARGV[1]
+if redis.call('EXISTS', KEYS[1]) == 1 then
+  return {'exists', job_id}
+end
+if KEYS[4] then
+  local held = try_claim(KEYS[4], job_id, ARGV[5])
+  if held then
+    return {'duplicate', held[2], held[1]}
+  end
+end
+local now = now_ms()
+local fields = {}
+for i = 8, #ARGV do fields[#fields + 1] = ARGV[i] end
+redis.call('HSET', KEYS[1], unpack(fields))
+redis.call('HSET', KEYS[1], 'id', job_id, 'status', 'queued', 'attempts', 0,
+  'deliveries', 0, 'progress', 0, 'stage', 'queued', 'created_at_ms', now,
+  'updated_at_ms', now, 'claim_key', KEYS[4] or '')
+local trace = redis.call('HGET', KEYS[1], 'trace_id') or ''
+local entry_id = redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[3], '*',
+  'v', '1', 'job', job_id, 'trace', trace, 'claim', KEYS[4] or '')
+redis.call('HSET', KEYS[1], 'entry_id', entry_id)
+emit(KEYS[3], ARGV[4], KEYS[1], ARGV[2], ARGV[6], ARGV[7])
+return {'created', job_id, entry_id}

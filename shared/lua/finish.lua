@@ -1,0 +1,81 @@
+-- finish: the worker's compare-and-set exit from `processing`: to completed, failed,
+-- canceled, retrying (parked in the delayed set) or queued (released without burning an
+-- attempt). Fenced by the lease token: a worker that lost its lease commits nothing.
+-- KEYS (one slot): 1 job hash, 2 lease, 3 work stream, 4 events stream, 5 delayed zset,
+--                  6 claim key (optional)
+-- ARGV: 1 token, 2 entry_id, 3 group, 4 target status, 5 event name ('' = none),
+--       6 event_id, 7 events_maxlen, 8 event extra JSON, 9 retention_ms (terminal only),
+--       10 retry delay ms (retrying only), 11 delayed member, 12 claim status ('' = keep),
+--       13 claim_ttl_ms, 14 entry mode 'ack'|'handoff', 15 handoff consumer,
+--       16 handoff idle ms, 17 canceled event name, 18.. field/value pairs to set
+-- Returns {'ok', status} | {'already', status} | {'lease_lost'} | {'illegal', status}
+local target = ARGV[4]
+local st = redis.call('HMGET', KEYS[1], 'status', 'cancel_requested', 'id')
+local status, cancel, job_id = st[1], st[2], st[3]
+if not status then
+  return {'illegal', 'missing'}
+end
+local terminal = (target == 'completed' or target == 'failed' or target == 'canceled')
+if terminal and status == target then
+  -- a repeated commit (retried call after a lost reply): effects happened once already
+  ack(KEYS[3], ARGV[3], ARGV[2])
+  return {'already', status}
+end
+if redis.call('GET', KEYS[2]) ~= ARGV[1] then
+  return {'lease_lost'}
+end
+-- A cancel that raced the end of the work wins: the user asked for no result.
+if cancel == '1' and target ~= 'canceled' and target ~= 'failed' then
+  target = 'canceled'
+  terminal = true
+end
+if not can_move(status, target) then
+  return {'illegal', status}
+end
+local now = now_ms()
+local fields = {}
+for i = 18, #ARGV do fields[#fields + 1] = ARGV[i] end
+if target == 'canceled' then
+  -- artifacts were not committed, whatever the worker computed
+  fields = {}
+end
+if #fields > 0 then redis.call('HSET', KEYS[1], unpack(fields)) end
+redis.call('HSET', KEYS[1], 'status', target, 'updated_at_ms', now, 'lease_until_ms', 0,
+  'worker', '')
+redis.call('DEL', KEYS[2])
+if terminal then
+  redis.call('HSET', KEYS[1], 'completed_at_ms', now, 'stage', target)
+  if target == 'completed' then
+    redis.call('HSET', KEYS[1], 'progress', 1)
+    redis.call('HDEL', KEYS[1], 'error_code', 'error_message', 'error_retryable')
+  end
+  redis.call('PEXPIRE', KEYS[1], ARGV[9])
+elseif target == 'retrying' then
+  redis.call('HSET', KEYS[1], 'stage', 'retrying',
+    'next_attempt_at_ms', now + tonumber(ARGV[10]))
+  redis.call('ZADD', KEYS[5], now + tonumber(ARGV[10]), ARGV[11])
+elseif target == 'queued' then
+  -- released: the attempt and the delivery do not count
+  redis.call('HINCRBY', KEYS[1], 'attempts', -1)
+  redis.call('HINCRBY', KEYS[1], 'deliveries', -1)
+  redis.call('HSET', KEYS[1], 'stage', 'queued')
+end
+if KEYS[6] then
+  local claim_status = ARGV[12]
+  if target == 'canceled' then claim_status = 'FAILED' end
+  if claim_status ~= '' then set_claim(KEYS[6], job_id, claim_status, ARGV[13]) end
+end
+local event_name = ARGV[5]
+local extra = ARGV[8]
+if target == 'canceled' then event_name = ARGV[17]; extra = '' end
+if event_name ~= '' then
+  emit(KEYS[4], ARGV[7], KEYS[1], ARGV[6], event_name, extra)
+end
+if ARGV[14] == 'handoff' then
+  -- Keep the entry pending (its place in line) but hand it to a parking consumer with an
+  -- idle time past the reaper's threshold, so the next reaper pass re-delivers it.
+  redis.call('XCLAIM', KEYS[3], ARGV[3], ARGV[15], 0, ARGV[2], 'IDLE', ARGV[16], 'JUSTID')
+else
+  ack(KEYS[3], ARGV[3], ARGV[2])
+end
+return {'ok', target}

@@ -1,0 +1,55 @@
+-- reclaim: decide the fate of one entry the reaper took with XAUTOCLAIM. Idle time alone is
+-- not trusted: the job's own lease decides.
+-- KEYS (one slot): 1 job hash, 2 lease, 3 work stream, 4 dead-letter stream, 5 events stream,
+--                  6 claim key (optional)
+-- ARGV: 1 entry_id, 2 group, 3 max_deliveries, 4 event_id, 5 events_maxlen, 6 dlq_maxlen,
+--       7 failed event name, 8 retention_ms, 9 claim_ttl_ms, 10 stream name
+-- Returns {'take'} (this worker now owns it and must start it) | {'alive'} (handed back to
+-- the lease holder) | {'skip', status} | {'stale'} | {'unknown'} |
+-- {'dead_lettered', deliveries}
+if redis.call('EXISTS', KEYS[1]) == 0 then
+  return {'unknown'}
+end
+local st = redis.call('HMGET', KEYS[1], 'status', 'entry_id', 'deliveries', 'worker', 'id',
+  'error_code')
+local status, entry, deliveries, worker, job_id = st[1], st[2], tonumber(st[3] or '0'), st[4], st[5]
+if status == 'completed' or status == 'failed' or status == 'canceled' then
+  ack(KEYS[3], ARGV[2], ARGV[1])
+  return {'skip', status}
+end
+if entry ~= ARGV[1] then
+  ack(KEYS[3], ARGV[2], ARGV[1])
+  return {'stale'}
+end
+if redis.call('EXISTS', KEYS[2]) == 1 then
+  -- a live lease: the job is healthy; give the entry back to the worker holding it
+  if worker and worker ~= '' then
+    redis.call('XCLAIM', KEYS[3], ARGV[2], worker, 0, ARGV[1], 'JUSTID')
+  end
+  return {'alive'}
+end
+local now = now_ms()
+if deliveries >= tonumber(ARGV[3]) and can_move(status, 'failed') then
+  local msg = 'delivered ' .. deliveries .. ' times without finishing (limit '
+    .. ARGV[3] .. ')'
+  redis.call('XADD', KEYS[4], 'MAXLEN', '~', ARGV[6], '*', 'job', job_id, 'entry', ARGV[1],
+    'stream', ARGV[10], 'reason', 'max_deliveries_exceeded', 'deliveries', deliveries,
+    'last_worker', worker or '', 'last_error', st[6] or '', 'at_ms', now)
+  redis.call('HSET', KEYS[1], 'status', 'failed', 'error_code', 'dead_lettered',
+    'error_message', msg, 'error_retryable', '0', 'completed_at_ms', now,
+    'updated_at_ms', now, 'stage', 'dead_lettered', 'worker', '', 'lease_until_ms', 0)
+  redis.call('PEXPIRE', KEYS[1], ARGV[8])
+  if KEYS[6] then set_claim(KEYS[6], job_id, 'FAILED', ARGV[9]) end
+  emit(KEYS[5], ARGV[5], KEYS[1], ARGV[4], ARGV[7],
+    '"error_code":"dead_lettered","message":' .. cjson.encode(msg) .. ',"retryable":false')
+  ack(KEYS[3], ARGV[2], ARGV[1])
+  return {'dead_lettered', deliveries}
+end
+if status == 'processing' then
+  -- the worker died (or stalled past its lease): the job goes back to queued, and this
+  -- reaper's worker, which now owns the entry, starts it again
+  redis.call('HSET', KEYS[1], 'status', 'queued', 'stage', 'recovered', 'worker', '',
+    'lease_until_ms', 0, 'updated_at_ms', now)
+  redis.call('HINCRBY', KEYS[1], 'reclaims', 1)
+end
+return {'take'}

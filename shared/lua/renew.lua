@@ -1,0 +1,15 @@
+-- renew: extend a lease only if this worker still holds it, and refresh the entry's idle
+-- time (XCLAIM to itself, JUSTID: no delivery counted) so the reaper leaves it alone.
+-- KEYS (one slot): 1 lease, 2 job hash, 3 work stream
+-- ARGV: 1 token, 2 ttl_ms, 3 group, 4 consumer, 5 entry_id
+-- Returns 0 (lease lost: stop, commit nothing) | 1 (renewed) | 2 (renewed; cancel requested)
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then
+  return 0
+end
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
+redis.call('HSET', KEYS[2], 'lease_until_ms', now_ms() + tonumber(ARGV[2]))
+redis.call('XCLAIM', KEYS[3], ARGV[3], ARGV[4], 0, ARGV[5], 'JUSTID')
+if redis.call('HGET', KEYS[2], 'cancel_requested') == '1' then
+  return 2
+end
+return 1

@@ -1,0 +1,574 @@
+"""The engine's Redis I/O: every read and write of jobs, streams, leases and claims.
+
+A thin layer over the Lua scripts (`shared/lua/`); policy (what to retry, when to reap)
+lives with its callers. Every multi-key call stays in one `{pN}` slot.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from redis.asyncio import Redis
+from redis.exceptions import ResponseError
+
+from shared import events
+from shared.events import EventType
+from shared.ids import new_event_id, new_job_id, new_trace_id, partition_of
+from shared.jobs import JobRecord, JobSpec, pairs_to_dict
+from shared.keys import STREAMS, KeySchema, StreamName
+from shared.scripts import Arg, Script, ScriptCall, ScriptRunner
+from shared.settings import Settings
+
+# Parking consumer for released entries: they stay pending (keeping their place) until a
+# reaper pass hands them to a worker with free slots.
+PARKING_CONSUMER = "splatq-parking"
+JOB_RETENTION_MS = 7 * 24 * 3600 * 1000
+
+
+@dataclass(frozen=True, slots=True)
+class StreamEntry:
+    partition: int
+    stream: StreamName
+    entry_id: str
+    fields: Mapping[str, str]
+
+
+@dataclass(frozen=True, slots=True)
+class EnqueueResult:
+    job_id: str
+    created: bool
+    # For a duplicate: the claim's status (PENDING/PROCESSING/COMPLETED) of the existing job.
+    claim_status: str = "PENDING"
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimResult:
+    won: bool
+    status: str
+    job_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class StartResult:
+    """Outcome of start.lua: `started` carries the job; the others say why not."""
+
+    outcome: str  # started | unknown | skip | stale | busy
+    job: JobRecord | None = None
+    detail: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Finish:
+    """A worker's request to leave `processing` (see finish.lua)."""
+
+    job_id: str
+    stream: StreamName
+    entry_id: str
+    token: str
+    target: str
+    claim_key: str = ""
+    event: str = ""
+    event_extra: str = ""
+    retry_delay_ms: int = 0
+    claim_status: str = ""
+    handoff: bool = False
+    fields: Mapping[str, str] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class StreamStats:
+    partition: int
+    stream: StreamName
+    length: int
+    pending: int
+    lag: int | None
+    oldest_pending_age_s: float
+    consumers: int
+
+
+def delayed_member(stream: StreamName, job_id: str) -> str:
+    return f"{stream.value}|{job_id}"
+
+
+def _entry_age_s(entry_id: str, now_ms: int) -> float:
+    return max(0.0, (now_ms - int(entry_id.split("-", 1)[0])) / 1000.0)
+
+
+class JobQueue:
+    """Producer, consumer and operator operations on the job streams of one deployment."""
+
+    def __init__(self, redis: Redis, settings: Settings) -> None:
+        self.redis = redis
+        self.settings = settings
+        self.keys = KeySchema(partitions=settings.partitions)
+        self.scripts = ScriptRunner(redis)
+        self.group = settings.consumer_group
+        self._claim_ttl_ms = settings.idempotency_ttl_s * 1000
+
+    async def setup(self) -> None:
+        """Load scripts and create every consumer group (idempotent; safe on every start)."""
+        await self.scripts.load()
+        for partition in range(self.settings.partitions):
+            for stream in STREAMS:
+                try:
+                    await self.redis.xgroup_create(
+                        self.keys.stream(partition, stream), self.group, id="0", mkstream=True
+                    )
+                except ResponseError as exc:
+                    if "BUSYGROUP" not in str(exc):
+                        raise
+
+    # -- producers ---------------------------------------------------------------------
+
+    async def enqueue(self, spec: JobSpec) -> EnqueueResult:
+        """Create the job and XADD it in one script; returns once Redis has it."""
+        stream = spec.stream
+        if spec.idempotency_key:
+            partition = self.keys.partition_for(spec.idempotency_key)
+        else:
+            partition = random.randrange(self.settings.partitions)
+        job_id = new_job_id(partition)
+        keys = [
+            self.keys.job(job_id),
+            self.keys.stream(partition, stream),
+            self.keys.events(partition),
+        ]
+        if spec.idempotency_key:
+            keys.append(self.keys.idempotency(partition, self.keys.digest(spec.idempotency_key)))
+        fields = spec.hash_fields()
+        if not fields["trace_id"]:
+            fields["trace_id"] = new_trace_id()
+        args: list[Arg] = [
+            job_id,
+            new_event_id(),
+            self.settings.stream_maxlen,
+            self.settings.events_maxlen,
+            self._claim_ttl_ms,
+            EventType.QUEUED.value,
+            events.queued_fields(spec.quality, stream.value),
+        ]
+        for name, value in fields.items():
+            args.extend((name, value))
+        reply = await self.scripts.run(ScriptCall(Script.ENQUEUE, keys, args))
+        _raise_on_error(reply)
+        outcome = reply[0]
+        if outcome == "created":
+            return EnqueueResult(job_id=reply[1], created=True)
+        if outcome == "duplicate":
+            return EnqueueResult(job_id=reply[1], created=False, claim_status=reply[2])
+        raise RuntimeError(f"job id collision for {job_id}")
+
+    async def claim(self, logical_key: str, job_id: str) -> ClaimResult:
+        """Claim a logical key for `job_id` (one winner among concurrent claimers)."""
+        partition = partition_of(job_id)
+        key = self.keys.idempotency(partition, self.keys.digest(logical_key))
+        reply = await self.scripts.run(
+            ScriptCall(Script.CLAIM, [key], [job_id, self._claim_ttl_ms])
+        )
+        _raise_on_error(reply)
+        return ClaimResult(won=reply[0] == 1, status=reply[1], job_id=reply[2])
+
+    async def claim_status(self, logical_key: str) -> tuple[str, str] | None:
+        """(status, job_id) of a logical key's claim, or None when unclaimed/expired."""
+        partition = self.keys.partition_for(logical_key)
+        raw = await self.redis.get(self.keys.idempotency(partition, self.keys.digest(logical_key)))
+        if raw is None:
+            return None
+        status, _, job_id = str(raw).partition(" ")
+        return status, job_id
+
+    async def get(self, job_id: str) -> JobRecord | None:
+        raw: dict[str, str] = await self.redis.hgetall(self.keys.job(job_id))  # type: ignore[misc]
+        return JobRecord.from_hash(raw) if raw else None
+
+    async def cancel(self, job_id: str, tenant: str = "") -> str:
+        """not_found | already_finished | cancel_requested | canceled."""
+        job = await self.get(job_id)
+        if job is None:
+            return "not_found"
+        partition = partition_of(job_id)
+        keys = [self.keys.job(job_id), self.keys.delayed(partition), self.keys.events(partition)]
+        if job.claim_key:
+            keys.append(job.claim_key)
+        reply = await self.scripts.run(
+            ScriptCall(
+                Script.CANCEL,
+                keys,
+                [
+                    new_event_id(),
+                    self.settings.events_maxlen,
+                    EventType.CANCELED.value,
+                    JOB_RETENTION_MS,
+                    self._claim_ttl_ms,
+                    tenant,
+                    delayed_member(job.stream, job_id),
+                ],
+            )
+        )
+        _raise_on_error(reply)
+        return str(reply[0])
+
+    # -- consumers ---------------------------------------------------------------------
+
+    def _entry_claim_keys(self, entry: StreamEntry) -> list[str]:
+        claim = entry.fields.get("claim", "")
+        # Only a key of this entry's own slot is accepted; anything else is ignored.
+        return [claim] if claim.startswith(self.keys.tag(entry.partition) + ":idem:") else []
+
+    async def start_many(
+        self, entries: Sequence[StreamEntry], tokens: Sequence[str], consumer: str
+    ) -> list[StartResult]:
+        """Take the leases and move the jobs to processing (one round trip for all)."""
+        calls = []
+        for entry, token in zip(entries, tokens, strict=True):
+            job_id = entry.fields["job"]
+            calls.append(
+                ScriptCall(
+                    Script.START,
+                    [
+                        self.keys.job(job_id),
+                        self.keys.lease(job_id),
+                        self.keys.events(entry.partition),
+                        self.keys.stream(entry.partition, entry.stream),
+                        *self._entry_claim_keys(entry),
+                    ],
+                    [
+                        token,
+                        self.settings.lease_ttl_ms,
+                        consumer,
+                        entry.entry_id,
+                        self.group,
+                        new_event_id(),
+                        self.settings.events_maxlen,
+                        EventType.STARTED.value,
+                        self._claim_ttl_ms,
+                    ],
+                )
+            )
+        results: list[StartResult] = []
+        for reply in await self.scripts.run_many(calls):
+            _raise_on_error(reply)
+            outcome = str(reply[0])
+            if outcome == "started":
+                results.append(
+                    StartResult("started", JobRecord.from_hash(pairs_to_dict(reply[1:])))
+                )
+            else:
+                results.append(StartResult(outcome, detail=str(reply[1]) if len(reply) > 1 else ""))
+        return results
+
+    async def renew_many(
+        self, leases: Sequence[tuple[str, StreamName, str, str]], consumer: str
+    ) -> list[int]:
+        """Renew (job_id, stream, entry_id, token) leases: 0 lost, 1 ok, 2 cancel requested."""
+        calls = [
+            ScriptCall(
+                Script.RENEW,
+                [
+                    self.keys.lease(job_id),
+                    self.keys.job(job_id),
+                    self.keys.stream(partition_of(job_id), stream),
+                ],
+                [token, self.settings.lease_ttl_ms, self.group, consumer, entry_id],
+            )
+            for job_id, stream, entry_id, token in leases
+        ]
+        replies = await self.scripts.run_many(calls)
+        for reply in replies:
+            _raise_on_error(reply)
+        return [int(r) for r in replies]
+
+    async def report_progress(
+        self, job_id: str, token: str, progress: float, stage: str, emit: bool
+    ) -> int:
+        partition = partition_of(job_id)
+        reply = await self.scripts.run(
+            ScriptCall(
+                Script.PROGRESS,
+                [self.keys.job(job_id), self.keys.lease(job_id), self.keys.events(partition)],
+                [
+                    token,
+                    progress,
+                    stage,
+                    "1" if emit else "0",
+                    new_event_id(),
+                    self.settings.events_maxlen,
+                    EventType.PROGRESS.value,
+                    events.progress_fields(progress, stage),
+                ],
+            )
+        )
+        _raise_on_error(reply)
+        return int(reply)
+
+    async def finish_many(self, requests: Sequence[Finish]) -> list[tuple[str, str]]:
+        """Commit many exits from processing in one round trip; (outcome, status) each."""
+        calls = []
+        for f in requests:
+            partition = partition_of(f.job_id)
+            keys = [
+                self.keys.job(f.job_id),
+                self.keys.lease(f.job_id),
+                self.keys.stream(partition, f.stream),
+                self.keys.events(partition),
+                self.keys.delayed(partition),
+            ]
+            if f.claim_key:
+                keys.append(f.claim_key)
+            args: list[Arg] = [
+                f.token,
+                f.entry_id,
+                self.group,
+                f.target,
+                f.event,
+                new_event_id(),
+                self.settings.events_maxlen,
+                f.event_extra,
+                JOB_RETENTION_MS,
+                f.retry_delay_ms,
+                delayed_member(f.stream, f.job_id),
+                f.claim_status,
+                self._claim_ttl_ms,
+                "handoff" if f.handoff else "ack",
+                PARKING_CONSUMER,
+                self.settings.lease_ttl_ms + 1,
+                EventType.CANCELED.value,
+            ]
+            for name, value in (f.fields or {}).items():
+                args.extend((name, value))
+            calls.append(ScriptCall(Script.FINISH, keys, args))
+        out = []
+        for reply in await self.scripts.run_many(calls):
+            _raise_on_error(reply)
+            out.append((str(reply[0]), str(reply[1]) if len(reply) > 1 else ""))
+        return out
+
+    async def read_new(
+        self,
+        partition: int,
+        counts: Mapping[StreamName, int],
+        consumer: str,
+        block_ms: int | None,
+    ) -> list[StreamEntry]:
+        """XREADGROUP `>` with at most `counts[stream]` entries per stream.
+
+        One call per distinct count (XREADGROUP's COUNT is per stream); blocking only when a
+        single call covers every stream asked for.
+        """
+        wanted = {s: n for s, n in counts.items() if n > 0}
+        if not wanted:
+            return []
+        out: list[StreamEntry] = []
+        if block_ms is not None:
+            n = min(wanted.values())
+            streams: dict[Any, Any] = {self.keys.stream(partition, s): ">" for s in wanted}
+            reply = await self.redis.xreadgroup(
+                self.group,
+                consumer,
+                streams,
+                count=n,
+                block=block_ms,
+            )
+            out.extend(self._entries(partition, reply))
+            return out
+        pipe = self.redis.pipeline(transaction=False)
+        for stream, n in wanted.items():
+            pipe.xreadgroup(
+                self.group, consumer, {self.keys.stream(partition, stream): ">"}, count=n
+            )
+        for reply in await pipe.execute():
+            out.extend(self._entries(partition, reply))
+        return out
+
+    def _entries(self, partition: int, reply: Any) -> list[StreamEntry]:
+        entries: list[StreamEntry] = []
+        if not reply:
+            return entries
+        items = reply.items() if isinstance(reply, dict) else reply
+        for key, messages in items:
+            stream = StreamName(str(key).rsplit(":", 1)[1])
+            for entry_id, fields in messages:
+                entries.append(StreamEntry(partition, stream, entry_id, fields or {}))
+        return entries
+
+    async def dead_letter_entry(self, entry: StreamEntry, reason: str, detail: str) -> str:
+        args: list[Arg] = [
+            entry.entry_id,
+            self.group,
+            reason,
+            detail[:500],
+            self.settings.dlq_maxlen,
+            entry.stream.value,
+        ]
+        for name, value in entry.fields.items():
+            args.extend((name, value))
+        reply = await self.scripts.run(
+            ScriptCall(
+                Script.DEAD_LETTER_ENTRY,
+                [
+                    self.keys.stream(entry.partition, entry.stream),
+                    self.keys.dead_letters(entry.partition),
+                ],
+                args,
+            )
+        )
+        _raise_on_error(reply)
+        return str(reply)
+
+    async def autoclaim(
+        self, partition: int, stream: StreamName, consumer: str, cursor: str, count: int
+    ) -> tuple[str, list[StreamEntry], list[str]]:
+        """One XAUTOCLAIM page of entries idle longer than the lease TTL.
+
+        Returns (next cursor, claimed entries, ids deleted from the stream while pending).
+        """
+        # Raw command: redis-py's xautoclaim drops the deleted-ids element of the 7.0 reply.
+        reply = await self.redis.execute_command(  # type: ignore[no-untyped-call]
+            "XAUTOCLAIM",
+            self.keys.stream(partition, stream),
+            self.group,
+            consumer,
+            self.settings.lease_ttl_ms,
+            cursor,
+            "COUNT",
+            count,
+        )
+        next_cursor = str(reply[0])
+        claimed = [
+            StreamEntry(partition, stream, entry_id, pairs_to_dict(list(fields or [])))
+            for entry_id, fields in reply[1]
+            if fields is not None
+        ]
+        deleted = [str(i) for i in reply[2]] if len(reply) > 2 else []
+        # Entries trimmed while pending come back as nil bodies on some versions too.
+        deleted += [entry_id for entry_id, fields in reply[1] if fields is None]
+        return next_cursor, claimed, deleted
+
+    async def reclaim_many(self, entries: Sequence[StreamEntry]) -> list[tuple[str, str]]:
+        """Decide each autoclaimed entry's fate with its job's lease (see reclaim.lua)."""
+        calls = []
+        for entry in entries:
+            job_id = entry.fields["job"]
+            calls.append(
+                ScriptCall(
+                    Script.RECLAIM,
+                    [
+                        self.keys.job(job_id),
+                        self.keys.lease(job_id),
+                        self.keys.stream(entry.partition, entry.stream),
+                        self.keys.dead_letters(entry.partition),
+                        self.keys.events(entry.partition),
+                        *self._entry_claim_keys(entry),
+                    ],
+                    [
+                        entry.entry_id,
+                        self.group,
+                        self.settings.max_deliveries,
+                        new_event_id(),
+                        self.settings.events_maxlen,
+                        self.settings.dlq_maxlen,
+                        EventType.FAILED.value,
+                        JOB_RETENTION_MS,
+                        self._claim_ttl_ms,
+                        entry.stream.value,
+                    ],
+                )
+            )
+        out = []
+        for reply in await self.scripts.run_many(calls):
+            _raise_on_error(reply)
+            out.append((str(reply[0]), str(reply[1]) if len(reply) > 1 else ""))
+        return out
+
+    async def record_lost_entries(self, partition: int, count: int) -> None:
+        await self.redis.incrby(self.keys.alarm_counter(partition), count)
+
+    async def promote_due(self, partition: int, limit: int = 100) -> int:
+        """Move due retries back into their streams; returns how many were promoted."""
+        delayed_key = self.keys.delayed(partition)
+        now_ms = int(time.time() * 1000)
+        members = await self.redis.zrangebyscore(delayed_key, "-inf", now_ms, start=0, num=limit)
+        if not members:
+            return 0
+        calls = []
+        for member in members:
+            stream_name, _, job_id = str(member).partition("|")
+            calls.append(
+                ScriptCall(
+                    Script.PROMOTE,
+                    [
+                        delayed_key,
+                        self.keys.job(job_id),
+                        self.keys.stream(partition, StreamName(stream_name)),
+                    ],
+                    [member, self.settings.stream_maxlen],
+                )
+            )
+        promoted = 0
+        for reply in await self.scripts.run_many(calls):
+            _raise_on_error(reply)
+            promoted += reply[0] == "promoted"
+        return promoted
+
+    # -- operators and metrics -----------------------------------------------------------
+
+    async def stream_stats(self, partition: int, stream: StreamName) -> StreamStats:
+        key = self.keys.stream(partition, stream)
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.xlen(key)
+        pipe.xpending(key, self.group)
+        pipe.xinfo_groups(key)
+        length, pending, groups = await pipe.execute()
+        lag: int | None = None
+        consumers = 0
+        for g in groups:
+            if g.get("name") == self.group:
+                raw_lag = g.get("lag")
+                lag = int(raw_lag) if raw_lag is not None else None
+                consumers = int(g.get("consumers", 0))
+        oldest = pending.get("min") if pending else None
+        now_ms = int(time.time() * 1000)
+        return StreamStats(
+            partition=partition,
+            stream=stream,
+            length=int(length),
+            pending=int(pending.get("pending", 0)) if pending else 0,
+            lag=lag,
+            oldest_pending_age_s=_entry_age_s(str(oldest), now_ms) if oldest else 0.0,
+            consumers=consumers,
+        )
+
+    async def partition_counts(self, partition: int) -> dict[str, int]:
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.zcard(self.keys.delayed(partition))
+        pipe.xlen(self.keys.dead_letters(partition))
+        pipe.xlen(self.keys.events(partition))
+        pipe.get(self.keys.alarm_counter(partition))
+        delayed, dlq, evts, lost = await pipe.execute()
+        return {
+            "delayed": int(delayed),
+            "dead_letters": int(dlq),
+            "events": int(evts),
+            "lost_entries": int(lost or 0),
+        }
+
+    async def prune_consumers(self, partition: int, stream: StreamName, idle_ms: int) -> int:
+        """Delete consumers of dead workers (no pending entries, idle for `idle_ms`)."""
+        reply = await self.scripts.run(
+            ScriptCall(
+                Script.PRUNE_CONSUMERS,
+                [self.keys.stream(partition, stream)],
+                [self.group, idle_ms, PARKING_CONSUMER],
+            )
+        )
+        _raise_on_error(reply)
+        return int(reply)
+
+
+def _raise_on_error(reply: Any) -> None:
+    if isinstance(reply, Exception):
+        raise reply

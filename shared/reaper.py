@@ -1,0 +1,128 @@
+"""The reaper: finds stream entries whose worker stopped heartbeating and takes them over.
+
+XAUTOCLAIM pages (cursor until `0-0`) with min-idle = the lease TTL; each claimed entry's
+fate is then decided by its job's lease in reclaim.lua, never by idle time alone. It does
+not run jobs: it hands the entries it took to the worker that called it.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import structlog
+
+from shared.entries import UNKNOWN_JOB, entry_problem
+from shared.keys import StreamName
+from shared.metrics import EngineMetrics
+from shared.queue import JobQueue, StreamEntry
+
+log = structlog.get_logger("splatq.reaper")
+
+
+@dataclass(slots=True)
+class _Sweep:
+    cursor: str = "0-0"
+    due_at: float = 0.0
+
+
+@dataclass(slots=True)
+class Reaper:
+    """Per-(partition, stream) sweep state for one worker."""
+
+    queue: JobQueue
+    consumer: str
+    interval_s: float
+    metrics: EngineMetrics | None = None
+    _sweeps: dict[tuple[int, StreamName], _Sweep] = field(default_factory=dict)
+
+    def is_due(self, partition: int, stream: StreamName) -> bool:
+        sweep = self._sweeps.setdefault((partition, stream), _Sweep())
+        return time.monotonic() >= sweep.due_at
+
+    async def reap_stale_entries(
+        self, partition: int, stream: StreamName, capacity: int
+    ) -> list[StreamEntry]:
+        """Take over at most `capacity` abandoned entries; the caller must start them now.
+
+        A sweep that ran out of capacity keeps its cursor and stays due, so the next call
+        continues where this one stopped.
+        """
+        sweep = self._sweeps.setdefault((partition, stream), _Sweep())
+        taken: list[StreamEntry] = []
+        while len(taken) < capacity:
+            cursor, claimed, deleted = await self.queue.autoclaim(
+                partition, stream, self.consumer, sweep.cursor, capacity - len(taken)
+            )
+            sweep.cursor = cursor
+            if deleted:
+                await self._alarm_lost(partition, stream, deleted)
+            taken.extend(await self._decide(claimed))
+            if cursor == "0-0":
+                sweep.due_at = time.monotonic() + self.interval_s
+                break
+        return taken
+
+    async def _decide(self, claimed: list[StreamEntry]) -> list[StreamEntry]:
+        valid: list[StreamEntry] = []
+        for entry in claimed:
+            problem = entry_problem(entry.fields, entry.partition)
+            if problem is None:
+                valid.append(entry)
+            else:
+                await self._dead_letter(entry, *problem)
+        taken: list[StreamEntry] = []
+        outcomes = await self.queue.reclaim_many(valid)
+        for entry, (outcome, detail) in zip(valid, outcomes, strict=True):
+            if self.metrics is not None:
+                self.metrics.reclaims.labels(entry.stream.value, outcome).inc()
+            if outcome == "take":
+                taken.append(entry)
+                log.warning(
+                    "job.reclaimed",
+                    job_id=entry.fields["job"],
+                    stream=entry.stream.value,
+                    entry_id=entry.entry_id,
+                )
+            elif outcome == "dead_lettered":
+                if self.metrics is not None:
+                    self.metrics.dead_letters.labels(
+                        entry.stream.value, "max_deliveries_exceeded"
+                    ).inc()
+                log.error(
+                    "job.dead_lettered",
+                    job_id=entry.fields["job"],
+                    stream=entry.stream.value,
+                    reason="max_deliveries_exceeded",
+                    deliveries=detail,
+                )
+            elif outcome == "unknown":
+                await self._dead_letter(entry, UNKNOWN_JOB, "no job record for this entry")
+        return taken
+
+    async def _dead_letter(self, entry: StreamEntry, reason: str, detail: str) -> None:
+        await self.queue.dead_letter_entry(entry, reason, detail)
+        if self.metrics is not None:
+            self.metrics.dead_letters.labels(entry.stream.value, reason).inc()
+        log.error(
+            "entry.dead_lettered",
+            stream=entry.stream.value,
+            entry_id=entry.entry_id,
+            reason=reason,
+            detail=detail,
+        )
+
+    async def _alarm_lost(self, partition: int, stream: StreamName, deleted: list[str]) -> None:
+        # Pending work vanished from the stream (trimmed before it was acked): the jobs'
+        # records still exist, but their entries do not. This must never happen with
+        # XDEL-on-ack and a generous MAXLEN; it is an operator's page, not a log line.
+        await self.queue.record_lost_entries(partition, len(deleted))
+        if self.metrics is not None:
+            self.metrics.entries_lost_alarm.labels(stream.value).inc(len(deleted))
+        log.critical(
+            "stream.entries_lost",
+            stream=stream.value,
+            partition=partition,
+            count=len(deleted),
+            entry_ids=deleted[:20],
+        )

@@ -1,0 +1,88 @@
+"""Loads the Lua scripts in `shared/lua/`, prefixed with the generated transition table.
+
+Runs them by SHA with one reload-and-retry when Redis answers NOSCRIPT (after a restart the
+script cache is empty); it must not hold any business logic itself.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+from importlib import resources
+from typing import Any
+
+from redis.asyncio import Redis
+from redis.exceptions import NoScriptError
+
+from shared.states import lua_transition_table
+
+Arg = str | int | float | bytes
+
+
+class Script(StrEnum):
+    ENQUEUE = "enqueue"
+    CLAIM = "claim"
+    START = "start"
+    RENEW = "renew"
+    PROGRESS = "progress"
+    FINISH = "finish"
+    RECLAIM = "reclaim"
+    PROMOTE = "promote"
+    CANCEL = "cancel"
+    DEAD_LETTER_ENTRY = "dead_letter_entry"
+    PRUNE_CONSUMERS = "prune_consumers"
+
+
+def _source(name: str) -> str:
+    return (resources.files("shared") / "lua" / f"{name}.lua").read_text()
+
+
+@dataclass(frozen=True, slots=True)
+class ScriptCall:
+    """One script invocation: which script, its KEYS and its ARGV."""
+
+    script: Script
+    keys: Sequence[str]
+    args: Sequence[Arg]
+
+
+class ScriptRunner:
+    """Runs scripts singly or many per round trip (a pipeline of EVALSHA)."""
+
+    def __init__(self, redis: Redis) -> None:
+        preamble = lua_transition_table() + _source("_preamble")
+        self._redis = redis
+        self._bodies = {s: preamble + "\n" + _source(s.value) for s in Script}
+        self._shas = {s: hashlib.sha1(b.encode()).hexdigest() for s, b in self._bodies.items()}
+
+    async def load(self) -> None:
+        """SCRIPT LOAD everything (idempotent); also called after a NOSCRIPT."""
+        pipe = self._redis.pipeline(transaction=False)
+        for body in self._bodies.values():
+            pipe.script_load(body)
+        await pipe.execute()
+
+    async def run(self, call: ScriptCall) -> Any:
+        return (await self.run_many([call]))[0]
+
+    async def run_many(self, calls: Sequence[ScriptCall]) -> list[Any]:
+        """Results in call order; a per-call Redis error is returned as the exception object."""
+        if not calls:
+            return []
+        results = await self._execute(calls)
+        missing = [i for i, r in enumerate(results) if isinstance(r, NoScriptError)]
+        if missing:
+            # Only the NOSCRIPT calls did not run; re-running exactly those is safe.
+            await self.load()
+            retried = await self._execute([calls[i] for i in missing])
+            for i, r in zip(missing, retried, strict=True):
+                results[i] = r
+        return results
+
+    async def _execute(self, calls: Sequence[ScriptCall]) -> list[Any]:
+        pipe = self._redis.pipeline(transaction=False)
+        for c in calls:
+            pipe.evalsha(self._shas[c.script], len(c.keys), *c.keys, *c.args)
+        return list(await pipe.execute(raise_on_error=False))

@@ -1,0 +1,216 @@
+"""One frozen, typed settings object read from the environment once (`Settings.from_env()`).
+
+The only module that reads `os.environ`; everything else receives a `Settings` explicitly.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any
+
+
+class SettingsError(ValueError):
+    """An environment variable holds a value that cannot be used."""
+
+
+def _int(env: Mapping[str, str], name: str, default: int, minimum: int = 0) -> int:
+    raw = env.get(name)
+    if raw is None or raw.strip() == "":
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise SettingsError(f"{name} must be an integer, got {raw!r}") from None
+    if value < minimum:
+        raise SettingsError(f"{name} must be >= {minimum}, got {value}")
+    return value
+
+
+def _float(env: Mapping[str, str], name: str, default: float, lo: float, hi: float) -> float:
+    raw = env.get(name)
+    if raw is None or raw.strip() == "":
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        raise SettingsError(f"{name} must be a number, got {raw!r}") from None
+    if not lo <= value <= hi:
+        raise SettingsError(f"{name} must be within [{lo}, {hi}], got {value}")
+    return value
+
+
+def _bool(env: Mapping[str, str], name: str, default: bool) -> bool:
+    raw = env.get(name)
+    if raw is None or raw.strip() == "":
+        return default
+    lowered = raw.strip().lower()
+    if lowered in {"1", "true", "yes", "on"}:
+        return True
+    if lowered in {"0", "false", "no", "off"}:
+        return False
+    raise SettingsError(f"{name} must be a boolean (1/0/true/false), got {raw!r}")
+
+
+def _choice(env: Mapping[str, str], name: str, default: str, allowed: frozenset[str]) -> str:
+    value = env.get(name, "").strip() or default
+    if value not in allowed:
+        raise SettingsError(f"{name} must be one of {sorted(allowed)}, got {value!r}")
+    return value
+
+
+def _api_keys(raw: str) -> Mapping[str, str]:
+    """Parse `tenant:key,tenant2:key2` into {key: tenant}."""
+    keys: dict[str, str] = {}
+    for item in filter(None, (part.strip() for part in raw.split(","))):
+        tenant, sep, key = item.partition(":")
+        if not sep or not tenant or not key:
+            raise SettingsError(f"SPLATQ_API_KEYS entries must be tenant:key, got {item!r}")
+        keys[key] = tenant
+    return keys
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    """Every tunable of splatq; defaults work for a local stack."""
+
+    redis_url: str = "redis://127.0.0.1:6379/0"
+    # True when SPLATQ_REDIS_URL was not set: `splatq up` then starts its own redis-server.
+    redis_url_is_default: bool = True
+    storage_url: str = ""
+    s3_endpoint_url: str = ""
+    public_url: str = ""
+    api_keys: Mapping[str, str] = field(default_factory=dict)
+    gateway_port: int = 8080
+    data_dir: Path = Path("var")
+
+    # Streams and partitions. The partition count is fixed per deployment (like Kafka
+    # partitions): job ids carry their partition, so changing it strands nothing, but new
+    # jobs spread differently.
+    partitions: int = 1
+    worker_partitions: tuple[int, ...] = ()
+    stream_maxlen: int = 1_000_000
+    events_maxlen: int = 100_000
+    dlq_maxlen: int = 100_000
+    consumer_group: str = "workers"
+
+    # Leases, deliveries, retries.
+    lease_ttl_ms: int = 15_000
+    max_deliveries: int = 5
+    max_attempts: int = 3
+    retry_base_ms: int = 1_000
+    retry_cap_ms: int = 300_000
+    reaper_interval_ms: int = 5_000
+    idempotency_ttl_s: int = 86_400
+    shutdown_grace_s: float = 30.0
+
+    # Worker slot pool.
+    worker_concurrency: int = 10
+    interactive_share: float = 0.7
+    fetch_block_ms: int = 1_000
+
+    # Webhooks (used by the dispatcher issue; parsed here so configuration lives in one place).
+    webhook_allow_private: bool = False
+    webhook_max_attempts: int = 18
+    webhook_retry_base_ms: int = 5_000
+    webhook_retry_cap_ms: int = 36_000_000
+
+    device: str = "auto"
+    model: str = "builtin"
+    job_handler: str = ""
+
+    log_format: str = "auto"
+    log_level: str = "info"
+    metrics_port: int = 0
+
+    def __post_init__(self) -> None:
+        if self.partitions < 1 or self.partitions > 999:
+            raise SettingsError("SPLATQ_PARTITIONS must be within [1, 999]")
+        for p in self.worker_partitions:
+            if not 0 <= p < self.partitions:
+                raise SettingsError(
+                    f"SPLATQ_WORKER_PARTITIONS lists {p}, outside [0, {self.partitions})"
+                )
+        if self.lease_ttl_ms < 100:
+            raise SettingsError("SPLATQ_LEASE_TTL_MS must be >= 100")
+
+    @property
+    def heartbeat_interval_s(self) -> float:
+        """Leases are renewed every TTL/3, so two renewals can fail before the lease lapses."""
+        return self.lease_ttl_ms / 3000.0
+
+    @property
+    def owned_partitions(self) -> tuple[int, ...]:
+        """Partitions this process consumes: the configured subset, or all of them."""
+        return self.worker_partitions or tuple(range(self.partitions))
+
+    def with_overrides(self, **changes: Any) -> Settings:
+        """A copy with some fields changed (tests and the CLI use this; env stays untouched)."""
+        return replace(self, **changes)
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
+        """Read every SPLATQ_* variable once; unknown values raise `SettingsError`."""
+        e: Mapping[str, str] = os.environ if env is None else env
+        d = cls()
+        raw_parts = e.get("SPLATQ_WORKER_PARTITIONS", "").strip()
+        try:
+            worker_parts = tuple(int(p) for p in raw_parts.split(",") if p.strip())
+        except ValueError:
+            raise SettingsError(
+                f"SPLATQ_WORKER_PARTITIONS must be comma-separated integers, got {raw_parts!r}"
+            ) from None
+        redis_url = e.get("SPLATQ_REDIS_URL", "").strip()
+        return cls(
+            redis_url=redis_url or d.redis_url,
+            redis_url_is_default=not redis_url,
+            storage_url=e.get("SPLATQ_STORAGE_URL", "").strip(),
+            s3_endpoint_url=e.get("SPLATQ_S3_ENDPOINT_URL", "").strip(),
+            public_url=e.get("SPLATQ_PUBLIC_URL", "").strip().rstrip("/"),
+            api_keys=_api_keys(e.get("SPLATQ_API_KEYS", "")),
+            gateway_port=_int(e, "SPLATQ_GATEWAY_PORT", d.gateway_port, 0),
+            data_dir=Path(e.get("SPLATQ_DATA_DIR", "").strip() or d.data_dir),
+            partitions=_int(e, "SPLATQ_PARTITIONS", d.partitions, 1),
+            worker_partitions=worker_parts,
+            stream_maxlen=_int(e, "SPLATQ_STREAM_MAXLEN", d.stream_maxlen, 1000),
+            events_maxlen=_int(e, "SPLATQ_EVENTS_MAXLEN", d.events_maxlen, 1000),
+            dlq_maxlen=_int(e, "SPLATQ_DLQ_MAXLEN", d.dlq_maxlen, 1000),
+            consumer_group=e.get("SPLATQ_CONSUMER_GROUP", "").strip() or d.consumer_group,
+            lease_ttl_ms=_int(e, "SPLATQ_LEASE_TTL_MS", d.lease_ttl_ms, 100),
+            max_deliveries=_int(e, "SPLATQ_MAX_DELIVERIES", d.max_deliveries, 1),
+            max_attempts=_int(e, "SPLATQ_MAX_ATTEMPTS", d.max_attempts, 1),
+            retry_base_ms=_int(e, "SPLATQ_RETRY_BASE_MS", d.retry_base_ms, 1),
+            retry_cap_ms=_int(e, "SPLATQ_RETRY_CAP_MS", d.retry_cap_ms, 1),
+            reaper_interval_ms=_int(e, "SPLATQ_REAPER_INTERVAL_MS", d.reaper_interval_ms, 10),
+            idempotency_ttl_s=_int(e, "SPLATQ_IDEMPOTENCY_TTL_S", d.idempotency_ttl_s, 1),
+            shutdown_grace_s=_float(e, "SPLATQ_SHUTDOWN_GRACE_S", d.shutdown_grace_s, 0, 3600),
+            worker_concurrency=_int(e, "SPLATQ_WORKER_CONCURRENCY", d.worker_concurrency, 1),
+            interactive_share=_float(e, "SPLATQ_INTERACTIVE_SHARE", d.interactive_share, 0.0, 1.0),
+            fetch_block_ms=_int(e, "SPLATQ_FETCH_BLOCK_MS", d.fetch_block_ms, 1),
+            webhook_allow_private=_bool(e, "SPLATQ_WEBHOOK_ALLOW_PRIVATE", False),
+            webhook_max_attempts=_int(e, "SPLATQ_WEBHOOK_MAX_ATTEMPTS", d.webhook_max_attempts, 1),
+            webhook_retry_base_ms=_int(
+                e, "SPLATQ_WEBHOOK_RETRY_BASE_MS", d.webhook_retry_base_ms, 1
+            ),
+            webhook_retry_cap_ms=_int(e, "SPLATQ_WEBHOOK_RETRY_CAP_MS", d.webhook_retry_cap_ms, 1),
+            device=_choice(e, "SPLATQ_DEVICE", d.device, frozenset({"auto", "cpu", "cuda"})),
+            model=e.get("SPLATQ_MODEL", "").strip() or d.model,
+            job_handler=e.get("SPLATQ_JOB_HANDLER", "").strip(),
+            log_format=_choice(
+                e, "SPLATQ_LOG_FORMAT", d.log_format, frozenset({"auto", "json", "console"})
+            ),
+            log_level=_choice(
+                e,
+                "SPLATQ_LOG_LEVEL",
+                d.log_level,
+                frozenset({"debug", "info", "warning", "error"}),
+            ),
+            metrics_port=_int(e, "SPLATQ_METRICS_PORT", d.metrics_port, 0),
+        )
+
+
+def documented_variables() -> list[str]:
+    """Field names, for the docs check that every setting is described."""
+    return [f.name for f in fields(Settings)]
