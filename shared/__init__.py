@@ -1,4 +1,4 @@
-"""splatq's common library: settings, keys, Lua scripts, streams, leases, retries, the worker runtime.
+"""splatq's common library: settings, keys, Lua scripts, streams, leases, retries, workers.
 
 Used by every service; it must not import from `services/`.
 """

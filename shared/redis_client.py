@@ -38,4 +38,4 @@ def connect(url: str, *, client_name: str = "splatq", max_connections: int = 64)
     pool = BlockingConnectionPool.from_url(
         url, client_name=client_name, max_connections=max_connections, timeout=30, **common
     )
-    return Redis(connection_pool=pool, auto_close_connection_pool=True)
+    return Redis.from_pool(pool)

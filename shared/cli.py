@@ -1,0 +1,77 @@
+"""The `splatq` command: `up` (the local stack), and each service on its own.
+
+Argument parsing and process wiring only; services hold their own logic.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from shared.settings import Settings, SettingsError
+from shared.stack import run_stack
+from shared.worker import load_handler_factory
+
+EXIT_USAGE = 2
+EXIT_CONFIG = 78  # EX_CONFIG from sysexits.h
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="splatq", description=__doc__.splitlines()[0])
+    sub = p.add_subparsers(dest="command", required=True)
+    up = sub.add_parser("up", help="run the local stack in the foreground (Ctrl-C stops it)")
+    up.add_argument("--data-dir", default=None, help="where var/redis lives (default ./var)")
+    w = sub.add_parser("worker", help="run one worker process")
+    w.add_argument(
+        "--handler",
+        default=None,
+        help="job handler factory 'package.module:factory' (default: SPLATQ_JOB_HANDLER)",
+    )
+    w.add_argument("--concurrency", type=int, default=None, help="slots (default from env)")
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        settings = Settings.from_env()
+    except SettingsError as exc:
+        print(f"splatq: configuration error: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
+    if args.command == "up":
+        if args.data_dir:
+            settings = settings.with_overrides(data_dir=Path(args.data_dir))
+        return asyncio.run(run_stack(settings))
+    if args.command == "worker":
+        return _worker(settings, args.handler, args.concurrency)
+    return EXIT_USAGE
+
+
+def _worker(settings: Settings, handler: str | None, concurrency: int | None) -> int:
+    # Imported here so `splatq --help` and `splatq up` stay fast (no torch, no prometheus).
+    from shared.runner import run_worker  # noqa: PLC0415
+
+    spec = handler or settings.job_handler
+    if not spec:
+        print(
+            "splatq worker: no job handler. Pass --handler package.module:factory or set "
+            "SPLATQ_JOB_HANDLER (the GPU inference handler arrives with the GPU worker).",
+            file=sys.stderr,
+        )
+        return EXIT_CONFIG
+    try:
+        factory = load_handler_factory(spec)
+    except (ValueError, ImportError, AttributeError) as exc:
+        print(f"splatq worker: cannot load handler {spec!r}: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
+    if concurrency is not None:
+        settings = settings.with_overrides(worker_concurrency=concurrency)
+    asyncio.run(run_worker(settings, factory))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

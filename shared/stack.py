@@ -1,0 +1,85 @@
+"""`splatq up`: the local stack -- an embedded redis-server (AOF on, data in ./var/redis)
+unless SPLATQ_REDIS_URL is set, plus one process of each service that exists.
+
+A supervisor only: it starts, watches and stops child processes; it runs no jobs itself.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import sys
+from dataclasses import dataclass
+
+import structlog
+
+from shared.logs import configure_logging
+from shared.redis_server import RedisServer, RedisServerError
+from shared.settings import Settings
+
+log = structlog.get_logger("splatq.stack")
+DEFAULT_REDIS_PORT = 6390
+
+
+@dataclass(frozen=True, slots=True)
+class ServiceSpec:
+    name: str
+    argv: tuple[str, ...]
+
+
+def services_to_run(settings: Settings) -> list[ServiceSpec]:
+    """The services that exist so far; later issues add the gateway, dispatcher, redriver."""
+    specs: list[ServiceSpec] = []
+    if settings.job_handler:
+        specs.append(ServiceSpec("worker", (sys.executable, "-m", "shared.cli", "worker")))
+    return specs
+
+
+async def run_stack(settings: Settings) -> int:
+    configure_logging(settings.log_level, settings.log_format, "stack")
+    redis: RedisServer | None = None
+    env = dict(os.environ)
+    if settings.redis_url_is_default:
+        redis = RedisServer(settings.data_dir / "redis", port=DEFAULT_REDIS_PORT)
+        try:
+            await redis.start()
+        except RedisServerError as exc:
+            print(f"splatq up: {exc}", file=sys.stderr)
+            return 1
+        env["SPLATQ_REDIS_URL"] = redis.url
+        log.info("redis.started", url=redis.url, data_dir=str(redis.data_dir), aof=True)
+    redis_url = env.get("SPLATQ_REDIS_URL", settings.redis_url)
+    specs = services_to_run(settings)
+    children: dict[str, asyncio.subprocess.Process] = {}
+    for spec in specs:
+        children[spec.name] = await asyncio.create_subprocess_exec(*spec.argv, env=env)
+        log.info("service.started", service=spec.name, pid=children[spec.name].pid)
+    if not specs:
+        log.info("stack.no_services", hint="set SPLATQ_JOB_HANDLER to run a worker")
+    print(f"splatq is up. Redis: {redis_url}   (Ctrl-C stops everything)", flush=True)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    waiters = [asyncio.create_task(p.wait()) for p in children.values()]
+    stopper = asyncio.create_task(stop.wait())
+    done, _ = await asyncio.wait([stopper, *waiters], return_when=asyncio.FIRST_COMPLETED)
+    exit_code = 0 if stopper in done else 1
+    for name, proc in children.items():
+        if proc.returncode is None:
+            proc.send_signal(signal.SIGTERM)
+        else:
+            log.error("service.exited", service=name, code=proc.returncode)
+    for proc in children.values():
+        with contextlib.suppress(ProcessLookupError):
+            try:
+                await asyncio.wait_for(proc.wait(), timeout=settings.shutdown_grace_s + 5)
+            except TimeoutError:
+                proc.kill()
+    stopper.cancel()
+    if redis is not None:
+        await redis.stop()
+        log.info("redis.stopped")
+    return exit_code

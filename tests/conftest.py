@@ -1,0 +1,135 @@
+"""Fixtures: a real redis-server per session (and per test where a test kills it), engine
+objects bound to it, and workers that are always stopped."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from redis.asyncio import Redis
+
+from shared.jobs import JobRecord, JobSpec
+from shared.queue import JobQueue
+from shared.redis_client import connect
+from shared.redis_server import RedisServer
+from shared.settings import Settings
+from shared.worker import JobHandler, Worker
+from tests.handlers import BehaviourHandler
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="session")
+async def redis_server(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[RedisServer]:
+    server = RedisServer(tmp_path_factory.mktemp("redis"), appendonly=False)
+    await server.start()
+    yield server
+    await server.stop()
+
+
+def engine_settings(redis_url: str, **overrides: Any) -> Settings:
+    """Short leases and intervals so crash recovery takes about a second, not minutes."""
+    base = Settings(
+        redis_url=redis_url,
+        lease_ttl_ms=900,
+        reaper_interval_ms=200,
+        retry_base_ms=20,
+        retry_cap_ms=100,
+        worker_concurrency=4,
+        fetch_block_ms=100,
+        shutdown_grace_s=3.0,
+        max_deliveries=3,
+        max_attempts=3,
+    )
+    return base.with_overrides(**overrides)
+
+
+@pytest.fixture
+def settings(redis_server: RedisServer) -> Settings:
+    return engine_settings(redis_server.url)
+
+
+@pytest.fixture
+async def redis(redis_server: RedisServer) -> AsyncIterator[Redis]:
+    client = connect(redis_server.url)
+    await client.flushall()
+    yield client
+    await client.aclose()
+
+
+@pytest.fixture
+async def queue(redis: Redis, settings: Settings) -> JobQueue:
+    q = JobQueue(redis, settings)
+    await q.setup()
+    return q
+
+
+WorkerFactory = Callable[..., Awaitable[Worker]]
+
+
+@pytest.fixture
+async def start_worker(
+    redis: Redis, settings: Settings
+) -> AsyncIterator[WorkerFactory]:
+    """Start in-process workers (own JobQueue each); all are stopped after the test."""
+    started: list[tuple[Worker, asyncio.Task[None]]] = []
+
+    async def factory(handler: JobHandler | None = None, **overrides: Any) -> Worker:
+        s = settings.with_overrides(**overrides)
+        worker = Worker(JobQueue(redis, s), s, handler or BehaviourHandler())
+        task = asyncio.create_task(worker.run())
+        started.append((worker, task))
+        return worker
+
+    yield factory
+    for worker, _ in started:
+        worker.stop()
+    for _, task in started:
+        try:
+            await asyncio.wait_for(task, timeout=15)
+        except TimeoutError:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+
+async def wait_until(
+    predicate: Callable[[], Awaitable[bool]], timeout_s: float = 10.0, interval_s: float = 0.02
+) -> float:
+    """Poll an observable condition until true; returns seconds waited, fails on timeout."""
+    loop = asyncio.get_running_loop()
+    start = loop.time()
+    while not await predicate():
+        if loop.time() - start > timeout_s:
+            raise AssertionError(f"condition not met within {timeout_s}s")
+        await asyncio.sleep(interval_s)
+    return loop.time() - start
+
+
+async def wait_for_status(
+    queue: JobQueue, job_id: str, statuses: set[str], timeout_s: float = 10.0
+) -> JobRecord:
+    async def reached() -> bool:
+        job = await queue.get(job_id)
+        return job is not None and job.status.value in statuses
+
+    await wait_until(reached, timeout_s)
+    job = await queue.get(job_id)
+    assert job is not None
+    return job
+
+
+async def job_events(redis: Redis, queue: JobQueue, job_id: str) -> list[str]:
+    """The event types appended for one job, in order."""
+    from shared.ids import partition_of  # noqa: PLC0415
+
+    entries = await redis.xrange(queue.keys.events(partition_of(job_id)))
+    return [f["type"] for _, f in entries if f.get("job_id") == job_id]
+
+
+def spec(quality: str = "preview", **metadata: Any) -> JobSpec:
+    return JobSpec(tenant="acme", quality=quality, metadata=metadata)
