@@ -426,20 +426,17 @@ class JobQueue:
 
         Returns (next cursor, claimed entries, ids deleted from the stream while pending).
         """
-        # Raw command: redis-py's xautoclaim drops the deleted-ids element of the 7.0 reply.
-        reply = await self.redis.execute_command(  # type: ignore[no-untyped-call]
-            "XAUTOCLAIM",
+        reply = await self.redis.xautoclaim(
             self.keys.stream(partition, stream),
             self.group,
             consumer,
             self.settings.lease_ttl_ms,
-            cursor,
-            "COUNT",
-            count,
+            start_id=cursor,
+            count=count,
         )
         next_cursor = str(reply[0])
         claimed = [
-            StreamEntry(partition, stream, entry_id, pairs_to_dict(list(fields or [])))
+            StreamEntry(partition, stream, entry_id, dict(fields))
             for entry_id, fields in reply[1]
             if fields is not None
         ]
