@@ -72,9 +72,7 @@ WorkerFactory = Callable[..., Awaitable[Worker]]
 
 
 @pytest.fixture
-async def start_worker(
-    redis: Redis, settings: Settings
-) -> AsyncIterator[WorkerFactory]:
+async def start_worker(redis: Redis, settings: Settings) -> AsyncIterator[WorkerFactory]:
     """Start in-process workers (own JobQueue each); all are stopped after the test."""
     started: list[tuple[Worker, asyncio.Task[None]]] = []
 

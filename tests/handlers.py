@@ -47,9 +47,7 @@ class BehaviourHandler:
         if "crash_after_s" in meta:
             await asyncio.sleep(float(meta["crash_after_s"]))
             os.kill(os.getpid(), signal.SIGKILL)
-        return JobOutcome(
-            artifacts={"result": f"mem://{ctx.job.id}/result"}, model="test-model"
-        )
+        return JobOutcome(artifacts={"result": f"mem://{ctx.job.id}/result"}, model="test-model")
 
 
 def make(settings: Settings) -> JobHandler:

@@ -53,14 +53,16 @@ async def test_a_failed_job_can_be_submitted_again(
     queue: JobQueue, start_worker: WorkerFactory
 ) -> None:
     """A FAILED claim does not block re-submission (unlike dedup ids that pin failures)."""
-    spec = JobSpec(tenant="a", quality="preview", idempotency_key="img-2",
-                   metadata={"fail": "permanent"})
+    spec = JobSpec(
+        tenant="a", quality="preview", idempotency_key="img-2", metadata={"fail": "permanent"}
+    )
     first = await queue.enqueue(spec)
     await start_worker()
     await wait_for_status(queue, first.job_id, {"failed"})
     assert await queue.claim_status("img-2") == ("FAILED", first.job_id)
     second = await queue.enqueue(spec)
-    assert second.created and second.job_id != first.job_id
+    assert second.created
+    assert second.job_id != first.job_id
 
 
 async def test_claims_expire_after_the_configured_ttl(queue: JobQueue, redis: Redis) -> None:

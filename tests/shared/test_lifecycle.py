@@ -19,7 +19,9 @@ async def test_job_completes_with_events_in_order_and_stream_trimmed(
     await start_worker()
     job = await wait_for_status(queue, result.job_id, {"completed"})
     assert job.artifacts == {"result": f"mem://{job.id}/result"}
-    assert job.attempts == 1 and job.deliveries == 1 and job.progress == 1.0
+    assert job.attempts == 1
+    assert job.deliveries == 1
+    assert job.progress == 1.0
     types = await job_events(redis, queue, job.id)
     assert types[0] == "3d_reconstruction.queued"
     assert types[1] == "3d_reconstruction.started"
@@ -88,7 +90,8 @@ async def test_transient_errors_fail_the_job_after_max_attempts(
     await start_worker()
     job = await wait_for_status(queue, result.job_id, {"failed"})
     assert job.attempts == 3
-    assert job.error is not None and job.error.code == "STORAGE_TIMEOUT"
+    assert job.error is not None
+    assert job.error.code == "STORAGE_TIMEOUT"
     assert job.error.retryable
 
 
@@ -103,7 +106,9 @@ async def test_cancel_of_a_queued_job_ends_it_without_running(
     other = await queue.enqueue(spec())
     await wait_for_status(queue, other.job_id, {"completed"})
     job = await queue.get(result.job_id)
-    assert job is not None and job.status == "canceled" and job.attempts == 0
+    assert job is not None
+    assert job.status == "canceled"
+    assert job.attempts == 0
     assert await redis.get(f"test:runs:{result.job_id}") is None
 
 
@@ -127,4 +132,5 @@ async def test_cancel_with_another_tenant_answers_not_found(queue: JobQueue) -> 
     result = await queue.enqueue(spec())
     assert await queue.cancel(result.job_id, tenant="someone-else") == "not_found"
     job = await queue.get(result.job_id)
-    assert job is not None and job.status == "queued"
+    assert job is not None
+    assert job.status == "queued"

@@ -107,7 +107,8 @@ async def test_user_cancel_respects_the_table(
     assert job is not None
     if current == JobStatus.PROCESSING:
         assert outcome == "cancel_requested"
-        assert job.status == JobStatus.PROCESSING and job.cancel_requested
+        assert job.status == JobStatus.PROCESSING
+        assert job.cancel_requested
     elif is_allowed(current, JobStatus.CANCELED):
         assert outcome == "canceled"
         assert job.status == JobStatus.CANCELED
@@ -127,7 +128,8 @@ async def test_finish_without_the_lease_commits_nothing(queue: JobQueue, redis: 
     )
     assert outcome == "lease_lost"
     after = await queue.get(job_id)
-    assert after is not None and after.status == JobStatus.PROCESSING
+    assert after is not None
+    assert after.status == JobStatus.PROCESSING
     assert await redis.xlen(events_key) == before
 
 
@@ -136,8 +138,9 @@ async def test_repeated_completion_commits_once(queue: JobQueue, redis: Redis) -
     job_id, entry_id, events_key = await _job_in(queue, redis, JobStatus.PROCESSING)
     job = await queue.get(job_id)
     assert job is not None
-    done = Finish(job_id, job.stream, entry_id, "tok", "completed",
-                  event="3d_reconstruction.completed")
+    done = Finish(
+        job_id, job.stream, entry_id, "tok", "completed", event="3d_reconstruction.completed"
+    )
     assert (await queue.finish_many([done]))[0][0] == "ok"
     n = await redis.xlen(events_key)
     assert (await queue.finish_many([done]))[0][0] == "already"

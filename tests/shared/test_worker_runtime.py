@@ -24,7 +24,8 @@ async def test_a_job_much_longer_than_its_lease_is_never_reclaimed(
     await wait_for_status(queue, result.job_id, {"processing"})
     await start_worker()  # a second worker whose reaper runs every 200 ms
     job = await wait_for_status(queue, result.job_id, {"completed"}, timeout_s=4 * ttl_s + 5)
-    assert job.deliveries == 1 and job.attempts == 1
+    assert job.deliveries == 1
+    assert job.attempts == 1
     assert int(await redis.get(f"test:runs:{job.id}") or 0) == 1
     assert (await redis.hget(queue.keys.job(job.id), "reclaims")) is None
     assert first.running_jobs == 0
@@ -96,7 +97,8 @@ async def test_graceful_stop_finishes_short_jobs_and_releases_long_ones(
     worker.stop()
     await wait_for_status(queue, short.job_id, {"completed"}, timeout_s=5)
     released = await wait_for_status(queue, long.job_id, {"queued"}, timeout_s=5)
-    assert released.attempts == 0 and released.deliveries == 0
+    assert released.attempts == 0
+    assert released.deliveries == 0
     assert "3d_reconstruction.failed" not in await job_events(redis, queue, long.job_id)
     # the released job keeps its place and is picked up by the next worker's reaper
     await redis.hset(queue.keys.job(long.job_id), "metadata", '{"sleep_s": 0.1}')
@@ -130,7 +132,9 @@ async def test_every_script_call_stays_in_one_cluster_slot(
 
     queue.scripts._execute = recording  # type: ignore[method-assign]
     ok = await queue.enqueue(JobSpec(tenant="a", quality="preview", idempotency_key="x"))
-    retried = await queue.enqueue(JobSpec(tenant="a", quality="full", metadata={"fail": "transient_once"}))
+    retried = await queue.enqueue(
+        JobSpec(tenant="a", quality="full", metadata={"fail": "transient_once"})
+    )
     await queue.cancel((await queue.enqueue(spec())).job_id)
     w = await start_worker()
     w.queue.scripts._execute = recording  # type: ignore[method-assign]
@@ -158,5 +162,7 @@ async def test_lease_renewal_failure_stops_the_job_and_commits_nothing(
     await asyncio.sleep(queue.settings.heartbeat_interval_s * 2)
     await wait_until(abandoned, timeout_s=3)
     job = await queue.get(result.job_id)
-    assert job is not None and job.status == "processing" and job.artifacts is None
+    assert job is not None
+    assert job.status == "processing"
+    assert job.artifacts is None
     assert "3d_reconstruction.completed" not in await job_events(redis, queue, result.job_id)

@@ -1,0 +1,63 @@
+"""Whole-process fixtures: worker subprocesses (`splatq worker`) that tests kill."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+
+import pytest
+
+from tests.conftest import REPO_ROOT
+
+SpawnWorker = Callable[..., subprocess.Popen[bytes]]
+
+
+def worker_env(redis_url: str, **overrides: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SPLATQ_")}
+    env.update(
+        {
+            "SPLATQ_REDIS_URL": redis_url,
+            "SPLATQ_LEASE_TTL_MS": "900",
+            "SPLATQ_REAPER_INTERVAL_MS": "200",
+            "SPLATQ_RETRY_BASE_MS": "20",
+            "SPLATQ_RETRY_CAP_MS": "100",
+            "SPLATQ_WORKER_CONCURRENCY": "4",
+            "SPLATQ_FETCH_BLOCK_MS": "100",
+            "SPLATQ_MAX_DELIVERIES": "3",
+            "SPLATQ_SHUTDOWN_GRACE_S": "3",
+            "SPLATQ_LOG_FORMAT": "json",
+            "SPLATQ_LOG_LEVEL": "info",
+            "PYTHONUNBUFFERED": "1",
+        }
+    )
+    env.update(overrides)
+    return env
+
+
+@pytest.fixture
+def spawn_worker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SpawnWorker]:
+    """Start `python -m shared.cli worker --handler tests.handlers:make`; all are killed after
+    the test. Logs go to a file per process (shown on failure by the test's asserts)."""
+    procs: list[subprocess.Popen[bytes]] = []
+    log_dir = tmp_path_factory.mktemp("worker-logs")
+
+    def spawn(redis_url: str, **overrides: str) -> subprocess.Popen[bytes]:
+        log = open(log_dir / f"worker-{len(procs)}.log", "wb")  # noqa: SIM115 - owned by proc
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "shared.cli", "worker", "--handler", "tests.handlers:make"],
+            cwd=REPO_ROOT,
+            env=worker_env(redis_url, **overrides),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+        procs.append(proc)
+        return proc
+
+    yield spawn
+    for proc in procs:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGKILL)
+            proc.wait(timeout=10)
