@@ -46,7 +46,7 @@ up: install redis-server
 
 bench: install redis-server
 	$(PY) -m pip install --quiet -e '.[dev,bench]'
-	$(PY) bench/engine_throughput.py
+	$(PY) -m bench.engine_throughput
 
 clean:
 	rm -rf $(VENV) var out .mypy_cache .ruff_cache .pytest_cache

@@ -1,6 +1,7 @@
-"""Self-check of the peer adapters: each really drains its no-op jobs to 0, at a plausible rate.
+"""Measures one adapter: enqueue n no-op jobs, start one worker process, time the drain.
 
-Run by hand against a throwaway Redis (`--redis-url` is required); it deletes only adapter keys.
+Also a self-check CLI (`python -m bench.peers.harness --redis-url ...`) against a throwaway
+Redis; it deletes only adapter keys.
 """
 
 from __future__ import annotations
@@ -15,7 +16,9 @@ from collections.abc import Awaitable
 from pathlib import Path
 from typing import Protocol
 
-from . import saq_noop, taskiq_noop
+from dataclasses import dataclass
+
+from . import saq_noop, splatq_noop, taskiq_noop
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 POLL_S = 0.01
@@ -34,7 +37,15 @@ class Peer(Protocol):
     def reset(self, redis_url: str) -> Awaitable[None]: ...
 
 
-PEERS: tuple[Peer, ...] = (saq_noop, taskiq_noop)
+PEERS: tuple[Peer, ...] = (splatq_noop, saq_noop, taskiq_noop)
+
+
+@dataclass(frozen=True)
+class Measurement:
+    name: str
+    enqueue_per_s: float
+    steady_per_s: float  # from the first finished job to the last
+    from_spawn_per_s: float  # includes interpreter and library start-up
 
 
 async def _stop(proc: asyncio.subprocess.Process) -> None:
@@ -54,8 +65,10 @@ async def _stop(proc: asyncio.subprocess.Process) -> None:
     await proc.wait()
 
 
-async def check(peer: Peer, redis_url: str, n_jobs: int, concurrency: int) -> float:
-    """One round; returns steady jobs/s. Raises AssertionError/TimeoutError on a failed check."""
+async def check(
+    peer: Peer, redis_url: str, n_jobs: int, concurrency: int, verbose: bool = True
+) -> Measurement:
+    """One round. Raises AssertionError/TimeoutError on a failed check."""
     await peer.reset(redis_url)
     t0 = time.perf_counter()
     await peer.enqueue(redis_url, n_jobs)
@@ -89,12 +102,13 @@ async def check(peer: Peer, redis_url: str, n_jobs: int, concurrency: int) -> fl
     done = now
     from_spawn = n_jobs / (done - spawned)
     steady = first[1] / (done - first[0]) if done > first[0] else float("inf")
-    print(
-        f"{peer.NAME}: enqueue {n_jobs / enqueue_s:,.0f} jobs/s; drained {n_jobs} in "
-        f"{done - spawned:.2f} s from spawn ({from_spawn:,.0f} jobs/s incl. worker start-up), "
-        f"{steady:,.0f} jobs/s from the first finished job"
-    )
-    return steady
+    if verbose:
+        print(
+            f"{peer.NAME}: enqueue {n_jobs / enqueue_s:,.0f} jobs/s; drained {n_jobs} in "
+            f"{done - spawned:.2f} s from spawn ({from_spawn:,.0f} jobs/s incl. worker start-up), "
+            f"{steady:,.0f} jobs/s from the first finished job"
+        )
+    return Measurement(peer.NAME, n_jobs / enqueue_s, steady, from_spawn)
 
 
 async def main() -> None:

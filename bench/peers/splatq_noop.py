@@ -1,0 +1,97 @@
+"""splatq adapter for the peer benchmark: the same no-op workload through splatq's engine.
+
+Benchmark-only; it uses the public engine API (JobQueue, `splatq worker`) and nothing private.
+The path measured is the full one: start.lua (lease + processing + started event), the no-op
+handler, finish.lua (completed + completed event + XACK + XDEL), heartbeats and reaper on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from importlib.metadata import version
+
+from shared.jobs import JobOutcome, JobSpec
+from shared.keys import STREAMS
+from shared.queue import JobQueue
+from shared.redis_client import connect
+from shared.settings import Settings
+from shared.worker import JobContext, JobHandler
+
+NAME: str = f"splatq {version('splatq')}"
+_PRODUCERS = 64
+_EMPTY = JobOutcome()
+
+
+async def noop(ctx: JobContext) -> JobOutcome:
+    """The no-op job: nothing to compute, no artifacts."""
+    return _EMPTY
+
+
+def make(settings: Settings) -> JobHandler:
+    return noop
+
+
+def _settings(redis_url: str) -> Settings:
+    return Settings(redis_url=redis_url)
+
+
+async def enqueue(redis_url: str, n_jobs: int) -> None:
+    """Enqueue n_jobs preview (interactive) jobs, `_PRODUCERS` in flight."""
+    client = connect(redis_url)
+    queue = JobQueue(client, _settings(redis_url))
+    await queue.setup()
+    left = n_jobs
+    spec = JobSpec(tenant="bench", quality="preview")
+
+    async def producer() -> None:
+        nonlocal left
+        while left > 0:
+            left -= 1
+            await queue.enqueue(spec)
+
+    try:
+        await asyncio.gather(*(producer() for _ in range(min(_PRODUCERS, n_jobs))))
+    finally:
+        await client.aclose()
+
+
+def worker_command(redis_url: str, concurrency: int) -> list[str]:
+    """One `splatq worker` process; its settings travel as SPLATQ_* variables via env(1)."""
+    return [
+        "env",
+        f"SPLATQ_REDIS_URL={redis_url}",
+        f"SPLATQ_WORKER_CONCURRENCY={concurrency}",
+        "SPLATQ_LOG_LEVEL=warning",
+        "SPLATQ_LOG_FORMAT=json",
+        sys.executable,
+        "-m",
+        "shared.cli",
+        "worker",
+        "--handler",
+        "bench.peers.splatq_noop:make",
+    ]
+
+
+async def remaining(redis_url: str) -> int:
+    """Entries still in the work streams: finish.lua XDELs an entry in the commit itself."""
+    client = connect(redis_url)
+    try:
+        queue = JobQueue(client, _settings(redis_url))
+        pipe = client.pipeline(transaction=False)
+        for stream in STREAMS:
+            pipe.xlen(queue.keys.stream(0, stream))
+        return int(sum(await pipe.execute()))
+    finally:
+        await client.aclose()
+
+
+async def reset(redis_url: str) -> None:
+    """Delete every splatq key (the benchmark's Redis is its own)."""
+    client = connect(redis_url)
+    try:
+        keys = [k async for k in client.scan_iter(match="splatq:*", count=1000)]
+        for i in range(0, len(keys), 500):
+            await client.unlink(*keys[i : i + 500])
+    finally:
+        await client.aclose()
