@@ -27,7 +27,7 @@ def _row(name: str, values: list[float], base: float) -> str:
     )
 
 
-async def run(n_jobs: int, concurrency: int, rounds: int) -> None:
+async def run(n_jobs: int, concurrency: int, rounds: int, only: str) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         server = RedisServer(Path(tmp), appendonly=False)
         await server.start()
@@ -36,6 +36,8 @@ async def run(n_jobs: int, concurrency: int, rounds: int) -> None:
             for r in range(rounds):
                 # Interleaved rounds: machine noise hits every system alike.
                 for peer in harness.PEERS:
+                    if only and not peer.NAME.startswith(only):
+                        continue
                     m = await harness.check(peer, server.url, n_jobs, concurrency, verbose=False)
                     results.setdefault(m.name, []).append(m)
                     print(f"round {r + 1}: {m.name:<44} {m.steady_per_s:>8,.0f} jobs/s")
@@ -69,8 +71,9 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=20_000)
     parser.add_argument("--concurrency", type=int, default=32)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--only", default="", help="run one system (name prefix), e.g. splatq")
     args = parser.parse_args()
-    asyncio.run(run(args.jobs, args.concurrency, args.rounds))
+    asyncio.run(run(args.jobs, args.concurrency, args.rounds, args.only))
 
 
 if __name__ == "__main__":

@@ -5,23 +5,25 @@ Pure functions; no I/O. Ids are ULID-like (time-ordered, 80 random bits) so they
 
 from __future__ import annotations
 
+import base64
 import os
 import re
 import time
 
 _CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
+_TO_CROCKFORD = bytes.maketrans(b"ABCDEFGHIJKLMNOPQRSTUVWXYZ234567", _CROCKFORD.encode())
 JOB_ID_RE = re.compile(r"^job_(\d{3})([0-9A-HJKMNP-TV-Z]{26})$")
 
 
 def ulid(now_ms: int | None = None) -> str:
-    """26 Crockford base32 chars: 48-bit millisecond timestamp then 80 random bits."""
+    """26 Crockford base32 chars: 48-bit millisecond timestamp then 80 random bits.
+
+    base32 of the 16 big-endian bytes, mapped onto Crockford's alphabet (which keeps the
+    order), so ids sort by creation time.
+    """
     ms = int(time.time() * 1000) if now_ms is None else now_ms
-    value = (ms << 80) | int.from_bytes(os.urandom(10), "big")
-    out = []
-    for _ in range(26):
-        out.append(_CROCKFORD[value & 31])
-        value >>= 5
-    return "".join(reversed(out))
+    raw = ms.to_bytes(6, "big") + os.urandom(10)
+    return base64.b32encode(raw)[:26].translate(_TO_CROCKFORD).decode()
 
 
 def new_job_id(partition: int) -> str:

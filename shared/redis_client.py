@@ -7,7 +7,8 @@ from __future__ import annotations
 
 from typing import Any, cast
 
-from redis.asyncio import BlockingConnectionPool, Redis
+import hiredis
+from redis.asyncio import BlockingConnectionPool, Connection, Redis
 from redis.asyncio.cluster import RedisCluster
 from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialBackoff
@@ -15,6 +16,23 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 CLUSTER_SCHEME = "redis+cluster://"
+
+
+class HiredisPackedConnection(Connection):
+    """Packs commands with hiredis's C packer, as redis-py's sync client already does.
+
+    redis-py's asyncio connection packs every argument in Python; for the engine's many-arg
+    EVALSHA calls that was the largest single cost of a no-op job (see docs/benchmarks.md).
+    """
+
+    def pack_command(self, *args: Any) -> list[bytes]:
+        first = args[0]
+        # Same rule as redis-py: a multi-word command name ('XGROUP CREATE') is split.
+        if isinstance(first, str) and " " in first:
+            args = tuple(first.split()) + args[1:]
+        elif isinstance(first, bytes) and b" " in first:
+            args = tuple(first.split()) + args[1:]
+        return [hiredis.pack_command(args)]
 
 
 def connect(url: str, *, client_name: str = "splatq", max_connections: int = 64) -> Redis:
@@ -36,6 +54,11 @@ def connect(url: str, *, client_name: str = "splatq", max_connections: int = 64)
         return cast("Redis", cluster)
     # A blocking pool waits for a free connection instead of failing under bursts.
     pool = BlockingConnectionPool.from_url(
-        url, client_name=client_name, max_connections=max_connections, timeout=30, **common
+        url,
+        client_name=client_name,
+        max_connections=max_connections,
+        timeout=30,
+        connection_class=HiredisPackedConnection,
+        **common,
     )
     return Redis.from_pool(pool)

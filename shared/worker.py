@@ -237,6 +237,9 @@ class Worker:
             if not self.pool.has_capacity():
                 self._slot_freed.clear()
                 await self._wait_or_stop(self._slot_freed.wait())
+                # Jobs committed in one batch resume together: let them all release their
+                # slots before fetching, so the next read and start are one batch too.
+                await asyncio.sleep(0)
                 continue
             try:
                 got = await self._fetch_once()
