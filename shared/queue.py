@@ -7,6 +7,7 @@ lives with its callers. Every multi-key call stays in one `{pN}` slot.
 from __future__ import annotations
 
 import random
+import secrets
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -18,7 +19,7 @@ from redis.exceptions import ResponseError
 from shared import events
 from shared.events import EventType
 from shared.ids import new_event_id, new_job_id, new_trace_id, partition_of
-from shared.jobs import JobRecord, JobSpec, pairs_to_dict
+from shared.jobs import JOB_FORMAT_VERSION, JobRecord, JobSpec, pairs_to_dict
 from shared.keys import STREAMS, KeySchema, StreamName
 from shared.scripts import Arg, Script, ScriptCall, ScriptRunner
 from shared.settings import Settings
@@ -59,6 +60,17 @@ class StartResult:
     outcome: str  # started | unknown | skip | stale | busy
     job: JobRecord | None = None
     detail: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Taken:
+    """One entry read by take.lua: started (with its job and lease token), raw (unparsed:
+    for the caller to validate and dead-letter), or skip/stale/busy."""
+
+    entry: StreamEntry
+    outcome: str
+    job: JobRecord | None = None
+    token: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -260,6 +272,56 @@ class JobQueue:
             else:
                 results.append(StartResult(outcome, detail=str(reply[1]) if len(reply) > 1 else ""))
         return results
+
+    async def take(
+        self,
+        partition: int,
+        own: Mapping[StreamName, int],
+        idle: int,
+        consumer: str,
+    ) -> list[Taken]:
+        """Read and start up to the free slots' worth of new entries in one round trip."""
+        nonce = f"{secrets.token_hex(8)}:"
+        reply = await self.scripts.run(
+            ScriptCall(
+                Script.TAKE,
+                [
+                    self.keys.stream(partition, StreamName.INTERACTIVE),
+                    self.keys.stream(partition, StreamName.SYNTHESIS),
+                    self.keys.events(partition),
+                ],
+                [
+                    self.group,
+                    consumer,
+                    own.get(StreamName.INTERACTIVE, 0),
+                    own.get(StreamName.SYNTHESIS, 0),
+                    idle,
+                    self.settings.lease_ttl_ms,
+                    nonce,
+                    self.settings.events_maxlen,
+                    EventType.STARTED.value,
+                    self._claim_ttl_ms,
+                    self.keys.tag(partition),
+                    new_event_id(),
+                    JOB_FORMAT_VERSION,
+                ],
+            )
+        )
+        _raise_on_error(reply)
+        taken: list[Taken] = []
+        for stream_name, entry_id, outcome, payload in reply:
+            stream = StreamName(stream_name)
+            if outcome == "started":
+                job = JobRecord.from_hash(pairs_to_dict(payload))
+                entry = StreamEntry(partition, stream, entry_id, {"v": job.version, "job": job.id})
+                taken.append(Taken(entry, outcome, job, nonce + entry_id))
+            elif outcome == "raw":
+                taken.append(
+                    Taken(StreamEntry(partition, stream, entry_id, pairs_to_dict(payload)), outcome)
+                )
+            else:
+                taken.append(Taken(StreamEntry(partition, stream, entry_id, {}), outcome))
+        return taken
 
     async def renew_many(
         self, leases: Sequence[tuple[str, StreamName, str, str]], consumer: str

@@ -28,9 +28,9 @@ class HiredisPackedConnection(Connection):
     def pack_command(self, *args: Any) -> list[bytes]:
         first = args[0]
         # Same rule as redis-py: a multi-word command name ('XGROUP CREATE') is split.
-        if isinstance(first, str) and " " in first:
-            args = tuple(first.split()) + args[1:]
-        elif isinstance(first, bytes) and b" " in first:
+        if (isinstance(first, str) and " " in first) or (
+            isinstance(first, bytes) and b" " in first
+        ):
             args = tuple(first.split()) + args[1:]
         return [hiredis.pack_command(args)]
 

@@ -25,6 +25,7 @@ class Script(StrEnum):
     ENQUEUE = "enqueue"
     CLAIM = "claim"
     START = "start"
+    TAKE = "take"
     RENEW = "renew"
     PROGRESS = "progress"
     FINISH = "finish"

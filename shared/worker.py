@@ -44,6 +44,9 @@ T = TypeVar("T")
 REDIS_ERRORS = (RedisConnectionError, RedisTimeoutError, ConnectionError, OSError)
 PROGRESS_EVENT_INTERVAL_S = 1.0
 CONSUMER_PRUNE_IDLE_MS = 3_600_000
+# How long the fetch loop waits before looking again when it cannot block (a saturated
+# stream, or several partitions): bounds the start latency of newly arrived work.
+IDLE_POLL_S = 0.05
 
 
 class JobHandler(Protocol):
@@ -250,15 +253,17 @@ class Worker:
             if not got:
                 continue
 
-    async def _wait_or_stop(self, aw: Awaitable[Any]) -> None:
+    async def _wait_or_stop(self, aw: Awaitable[Any], timeout_s: float | None = None) -> None:
         waiter = asyncio.ensure_future(aw)
         stopper = asyncio.ensure_future(self._stopping.wait())
-        await asyncio.wait({waiter, stopper}, return_when=asyncio.FIRST_COMPLETED)
+        await asyncio.wait(
+            {waiter, stopper}, timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED
+        )
         for f in (waiter, stopper):
             f.cancel()
 
     async def _fetch_once(self) -> int:
-        """Reap, then read in two phases (reservations, then idle slots), else block."""
+        """Reap, then take new work for the free slots; when there is none, wait."""
         started = 0
         for partition in self._partition_order():
             for stream in STREAMS:
@@ -266,38 +271,55 @@ class Worker:
                 if capacity and self.reaper.is_due(partition, stream):
                     taken = await self.reaper.reap_stale_entries(partition, stream, capacity)
                     started += await self._start(taken)
-            counts = self.pool.guaranteed_counts()
-            started += await self._start(
-                await self.queue.read_new(partition, counts, self.consumer, None)
-            )
-            for stream in STREAMS:  # priority order: interactive borrows first
-                idle = self.pool.idle
-                if idle:
-                    started += await self._start(
-                        await self.queue.read_new(partition, {stream: idle}, self.consumer, None)
-                    )
+            started += await self._take(partition)
         if started or self._stopping.is_set():
             return started
-        # Nothing anywhere: block on one partition for new entries, one per stream.
         caps = self.pool.capacities()
-        wanted = {s: 1 for s, n in caps.items() if n > 0}
-        if not wanted:
+        if not all(caps.values()):
+            # A stream is saturated and the others have nothing to do. A blocking read on
+            # the others would hold us past the saturated stream's next free slot, so wait
+            # for a slot (or a short poll interval) instead.
+            self._slot_freed.clear()
+            await self._wait_or_stop(self._slot_freed.wait(), timeout_s=IDLE_POLL_S)
             return 0
-        all_open = len(wanted) == len(STREAMS)
+        # Nothing anywhere and room on every stream: block on one partition for new entries
+        # (one per stream; the next take reads the rest).
         block_ms = self.settings.fetch_block_ms
-        if len(self.partitions) > 1 or not all_open:
-            # Short blocks keep other partitions, and a stream that just got capacity back,
-            # from waiting a full block.
-            block_ms = min(block_ms, 50)
+        if len(self.partitions) > 1:
+            block_ms = min(block_ms, int(IDLE_POLL_S * 1000))
         partition = self.partitions[self._rotation % len(self.partitions)]
         return await self._start(
-            await self.queue.read_new(partition, wanted, self.consumer, block_ms)
+            await self.queue.read_new(partition, dict.fromkeys(STREAMS, 1), self.consumer, block_ms)
         )
 
     def _partition_order(self) -> list[int]:
         self._rotation += 1
         k = self._rotation % len(self.partitions)
         return list(self.partitions[k:] + self.partitions[:k])
+
+    async def _take(self, partition: int) -> int:
+        """Read and start new entries for the free slots (take.lua: one round trip)."""
+        if not self.pool.has_capacity():
+            return 0
+        taken = await self.queue.take(
+            partition, self.pool.guaranteed_counts(), self.pool.idle, self.consumer
+        )
+        started = 0
+        for t in taken:
+            if self.metrics is not None:
+                self.metrics.deliveries.labels(t.entry.stream.value, t.outcome).inc()
+            if t.outcome == "started" and t.job is not None:
+                self.pool.acquire(t.entry.stream)
+                self._launch(t.entry, t.token, t.job)
+                started += 1
+            elif t.outcome == "raw":
+                problem = entry_problem(t.entry.fields, partition)
+                await self._dead_letter(
+                    t.entry, *(problem or (UNKNOWN_JOB, "no job record for this entry"))
+                )
+            else:
+                self.log.info("entry.not_started", entry_id=t.entry.entry_id, outcome=t.outcome)
+        return started
 
     async def _start(self, entries: list[StreamEntry]) -> int:
         """Lease and start delivered entries; malformed ones go to the dead-letter stream."""

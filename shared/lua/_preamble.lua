@@ -58,3 +58,45 @@ local function try_claim(claim_key, job_id, ttl_ms)
   redis.call('SET', claim_key, 'PENDING ' .. job_id, 'PX', ttl_ms)
   return nil
 end
+
+-- Start one delivered entry: fence it with a lease, move the job to processing, count the
+-- delivery and the attempt, append the `started` event. Shared by start.lua (keys declared
+-- by the caller) and take.lua (keys derived from the entry under the same {pN} tag).
+-- Returns {'started', flat job hash...} | {'unknown'} | {'skip', status} | {'stale'} | {'busy'}
+local function start_entry(job_key, lease_key, events_key, stream_key, claim_key, group,
+                           entry_id, token, ttl_ms, consumer, event_id, events_maxlen,
+                           started_name, claim_ttl_ms)
+  if redis.call('EXISTS', job_key) == 0 then
+    return {'unknown'}
+  end
+  local st = redis.call('HMGET', job_key, 'status', 'entry_id')
+  local status, entry = st[1], st[2]
+  if status == 'completed' or status == 'failed' or status == 'canceled' then
+    -- a duplicate delivery of a finished (or canceled-while-queued) job: drop the entry
+    ack(stream_key, group, entry_id)
+    return {'skip', status}
+  end
+  if entry ~= entry_id then
+    -- an older entry of a job that has since been re-enqueued (retry, redrive)
+    ack(stream_key, group, entry_id)
+    return {'stale'}
+  end
+  local holder = redis.call('GET', lease_key)
+  if (holder and holder ~= token) or not can_move(status, 'processing') then
+    return {'busy'}
+  end
+  local now = now_ms()
+  redis.call('SET', lease_key, token, 'PX', ttl_ms)
+  redis.call('HINCRBY', job_key, 'deliveries', 1)
+  local attempt = redis.call('HINCRBY', job_key, 'attempts', 1)
+  redis.call('HSET', job_key, 'status', 'processing', 'stage', 'started', 'worker', consumer,
+    'started_at_ms', now, 'updated_at_ms', now, 'lease_until_ms', now + tonumber(ttl_ms))
+  if claim_key then
+    local job_id = redis.call('HGET', job_key, 'id')
+    set_claim(claim_key, job_id, 'PROCESSING', claim_ttl_ms)
+  end
+  emit(events_key, events_maxlen, job_key, event_id, started_name, '"attempt":' .. attempt)
+  local out = redis.call('HGETALL', job_key)
+  table.insert(out, 1, 'started')
+  return out
+end

@@ -1,0 +1,55 @@
+-- take: read new entries for the free slots of a worker and start them, in one round trip.
+-- Phase 1 reads each stream up to its unused reservation; phase 2 offers the slots still idle
+-- to interactive first, then synthesis (the weighted slot pool of shared/slots.py).
+-- KEYS (one slot {pN}): 1 interactive stream, 2 synthesis stream, 3 events stream.
+--   Also touches, per entry, `<tag>:job:<id>`, `<tag>:lease:<id>` and the entry's claim key:
+--   built here under the same {pN} tag as KEYS, so the same slot (Redis Cluster allows a
+--   script undeclared keys of its own slot).
+-- ARGV: 1 group, 2 consumer, 3 own interactive, 4 own synthesis, 5 idle slots, 6 ttl_ms,
+--       7 token nonce, 8 events_maxlen, 9 started event name, 10 claim_ttl_ms, 11 key tag
+--       ('splatq:{p0}'), 12 event id base, 13 job format version
+-- Returns a list of {stream name, entry id, outcome, payload}: outcome 'started' (payload =
+-- flat job hash), 'raw' (payload = the entry's flat fields; the worker validates and
+-- dead-letters it), or skip/stale/busy (payload empty).
+local group, consumer, tag = ARGV[1], ARGV[2], ARGV[11]
+local out = {}
+local seq = 0
+
+local function take_from(stream_key, stream_name, n)
+  if n <= 0 then return 0 end
+  local reply = redis.call('XREADGROUP', 'GROUP', group, consumer, 'COUNT', n,
+    'STREAMS', stream_key, '>')
+  if not reply then return 0 end
+  local entries = reply[1][2]
+  for _, e in ipairs(entries) do
+    local entry_id, fields = e[1], e[2]
+    local f = {}
+    for i = 1, #fields, 2 do f[fields[i]] = fields[i + 1] end
+    local job = f['job']
+    local started = nil
+    if job and f['v'] == ARGV[13] and string.find(job, '^job_%d%d%d[0-9A-Z]+$') then
+      local claim = f['claim']
+      if not claim or string.sub(claim, 1, #tag + 6) ~= tag .. ':idem:' then claim = nil end
+      seq = seq + 1
+      started = start_entry(tag .. ':job:' .. job, tag .. ':lease:' .. job, KEYS[3],
+        stream_key, claim, group, entry_id, ARGV[7] .. entry_id, ARGV[6], consumer,
+        ARGV[12] .. seq, ARGV[8], ARGV[9], ARGV[10])
+    end
+    if started == nil or started[1] == 'unknown' then
+      out[#out + 1] = {stream_name, entry_id, 'raw', fields}
+    else
+      local outcome = table.remove(started, 1)
+      out[#out + 1] = {stream_name, entry_id, outcome, started}
+    end
+  end
+  return #entries
+end
+
+local got = take_from(KEYS[1], 'interactive', tonumber(ARGV[3]))
+got = got + take_from(KEYS[2], 'synthesis', tonumber(ARGV[4]))
+local idle = tonumber(ARGV[5]) - got
+if idle > 0 then
+  idle = idle - take_from(KEYS[1], 'interactive', idle)
+  take_from(KEYS[2], 'synthesis', idle)
+end
+return out
