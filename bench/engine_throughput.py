@@ -22,7 +22,7 @@ from shared.redis_server import RedisServer
 def _row(name: str, values: list[float], base: float) -> str:
     med = statistics.median(values)
     return (
-        f"| {name:<44} | {med:>9,.0f} | {min(values):>7,.0f}–{max(values):<7,.0f} | "
+        f"| {name:<44} | {med:>9,.0f} | {min(values):>7,.0f}-{max(values):<7,.0f} | "
         f"{med / base:>5.2f} |"
     )
 

@@ -68,9 +68,10 @@ class Taken:
     for the caller to validate and dead-letter), or skip/stale/busy."""
 
     entry: StreamEntry
-    outcome: str
+    outcome: str  # started | corrupt | raw | skip | stale | busy
     job: JobRecord | None = None
     token: str = ""
+    detail: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -266,9 +267,8 @@ class JobQueue:
             _raise_on_error(reply)
             outcome = str(reply[0])
             if outcome == "started":
-                results.append(
-                    StartResult("started", JobRecord.from_hash(pairs_to_dict(reply[1:])))
-                )
+                job, problem = _parse_job(reply[1:])
+                results.append(StartResult("started" if job else "corrupt", job, problem))
             else:
                 results.append(StartResult(outcome, detail=str(reply[1]) if len(reply) > 1 else ""))
         return results
@@ -312,9 +312,18 @@ class JobQueue:
         for stream_name, entry_id, outcome, payload in reply:
             stream = StreamName(stream_name)
             if outcome == "started":
-                job = JobRecord.from_hash(pairs_to_dict(payload))
-                entry = StreamEntry(partition, stream, entry_id, {"v": job.version, "job": job.id})
-                taken.append(Taken(entry, outcome, job, nonce + entry_id))
+                job, problem = _parse_job(payload)
+                raw = pairs_to_dict(payload)
+                entry = StreamEntry(
+                    partition,
+                    stream,
+                    entry_id,
+                    {"job": raw["id"], "claim": raw.get("claim_key", "")},
+                )
+                if job is None:
+                    taken.append(Taken(entry, "corrupt", None, nonce + entry_id, problem))
+                else:
+                    taken.append(Taken(entry, outcome, job, nonce + entry_id))
             elif outcome == "raw":
                 taken.append(
                     Taken(StreamEntry(partition, stream, entry_id, pairs_to_dict(payload)), outcome)
@@ -405,8 +414,10 @@ class JobQueue:
             calls.append(ScriptCall(Script.FINISH, keys, args))
         out = []
         for reply in await self.scripts.run_many(calls):
-            _raise_on_error(reply)
-            out.append((str(reply[0]), str(reply[1]) if len(reply) > 1 else ""))
+            if isinstance(reply, Exception):  # one bad call must not fail its batch-mates
+                out.append(("error", str(reply)))
+            else:
+                out.append((str(reply[0]), str(reply[1]) if len(reply) > 1 else ""))
         return out
 
     async def read_new(
@@ -626,6 +637,14 @@ class JobQueue:
         )
         _raise_on_error(reply)
         return int(reply)
+
+
+def _parse_job(flat: list[str]) -> tuple[JobRecord | None, str]:
+    """A started job's hash, or why it cannot be read (the worker then fails that job alone)."""
+    try:
+        return JobRecord.from_hash(pairs_to_dict(flat)), ""
+    except (KeyError, ValueError, TypeError) as exc:
+        return None, f"unreadable job record: {type(exc).__name__}: {exc}"[:500]
 
 
 def _raise_on_error(reply: Any) -> None:

@@ -27,7 +27,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from shared import events
 from shared.entries import UNKNOWN_JOB, entry_problem
-from shared.errors import ErrorInfo, JobCanceled, LeaseLost, classify
+from shared.errors import CORRUPT_JOB_RECORD, ErrorInfo, JobCanceled, LeaseLost, classify
 from shared.events import EventType
 from shared.jobs import JobOutcome, JobRecord
 from shared.keys import STREAMS, StreamName
@@ -312,6 +312,8 @@ class Worker:
                 self.pool.acquire(t.entry.stream)
                 self._launch(t.entry, t.token, t.job)
                 started += 1
+            elif t.outcome == "corrupt":
+                await self._fail_unreadable(t.entry, t.token, t.detail)
             elif t.outcome == "raw":
                 problem = entry_problem(t.entry.fields, partition)
                 await self._dead_letter(
@@ -351,7 +353,18 @@ class Worker:
                 started += 1
                 continue
             self._release_slot(entry.stream)
-            if result.outcome == "unknown":
+            if result.outcome == "corrupt":
+                await self._fail_unreadable(
+                    StreamEntry(
+                        entry.partition,
+                        entry.stream,
+                        entry.entry_id,
+                        {"job": entry.fields["job"], "claim": entry.fields.get("claim", "")},
+                    ),
+                    token,
+                    result.detail,
+                )
+            elif result.outcome == "unknown":
                 await self._dead_letter(entry, UNKNOWN_JOB, "no job record for this entry")
             else:
                 self.log.info(
@@ -374,6 +387,28 @@ class Worker:
             reason=reason,
             detail=detail,
         )
+
+    async def _fail_unreadable(self, entry: StreamEntry, token: str, detail: str) -> None:
+        """A job hash this worker cannot parse fails alone (permanent), instead of crashing
+        the worker on every delivery."""
+        finish = Finish(
+            job_id=entry.fields["job"],
+            stream=entry.stream,
+            entry_id=entry.entry_id,
+            token=token,
+            target="failed",
+            claim_key=entry.fields.get("claim", ""),
+            event=EventType.FAILED.value,
+            event_extra=events.failed_fields(CORRUPT_JOB_RECORD, detail, False),
+            claim_status="FAILED",
+            fields={
+                "error_code": CORRUPT_JOB_RECORD,
+                "error_message": detail,
+                "error_retryable": "0",
+            },
+        )
+        await self.queue.finish_many([finish])
+        self.log.error("job.unreadable", job_id=entry.fields["job"], detail=detail)
 
     def _release_slot(self, stream: StreamName) -> None:
         self.pool.release(stream)
@@ -544,6 +579,10 @@ class Worker:
                     self.log.warning("commit.redis_unavailable", error=str(exc), jobs=len(batch))
                     await asyncio.sleep(delay)
                     delay = min(delay * 2, 2.0)
+                except Exception as exc:
+                    self.log.exception("commit.failed", jobs=len(batch))
+                    results = [("error", str(exc))] * len(batch)
+                    break
             for c, r in zip(batch, results, strict=True):
                 if not c.done.done():
                     c.done.set_result(r)
@@ -563,9 +602,9 @@ class Worker:
             ]
             try:
                 replies = await self.queue.renew_many(leases, self.consumer)
-            except REDIS_ERRORS as exc:
+            except Exception as exc:
                 if self.metrics is not None:
-                    self.metrics.lease_renewal_failures.labels("redis_error").inc(len(running))
+                    self.metrics.lease_renewal_failures.labels(type(exc).__name__).inc(len(running))
                 self.log.warning("lease.renew_failed", error=str(exc), jobs=len(running))
                 now = time.monotonic()
                 for r in running:
@@ -612,4 +651,6 @@ class Worker:
                     next_prune = now + 600
             except REDIS_ERRORS as exc:
                 self.log.warning("maintenance.redis_unavailable", error=str(exc))
+            except Exception:
+                self.log.exception("maintenance.failed")
             await asyncio.sleep(interval)

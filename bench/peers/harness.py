@@ -13,10 +13,9 @@ import os
 import signal
 import time
 from collections.abc import Awaitable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
-
-from dataclasses import dataclass
 
 from . import saq_noop, splatq_noop, taskiq_noop
 

@@ -166,3 +166,19 @@ async def test_lease_renewal_failure_stops_the_job_and_commits_nothing(
     assert job.status == "processing"
     assert job.artifacts is None
     assert "3d_reconstruction.completed" not in await job_events(redis, queue, result.job_id)
+
+
+async def test_an_unreadable_job_record_fails_alone_and_the_worker_goes_on(
+    queue: JobQueue, redis: Redis, start_worker: WorkerFactory
+) -> None:
+    """A job hash that cannot be parsed fails that job (permanent, with a code), not the
+    worker: the next job still completes."""
+    broken = await queue.enqueue(spec())
+    await redis.hset(queue.keys.job(broken.job_id), "metadata", "{not json")
+    good = await queue.enqueue(spec())
+    await start_worker()
+    job = await wait_for_status(queue, good.job_id, {"completed"})
+    assert job.status == "completed"
+    raw = await redis.hgetall(queue.keys.job(broken.job_id))
+    assert raw["status"] == "failed"
+    assert raw["error_code"] == "CORRUPT_JOB_RECORD"
