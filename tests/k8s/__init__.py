@@ -1,0 +1,1 @@
+"""Tests of the Kubernetes, Prometheus and Grafana material under k8s/."""
