@@ -6,7 +6,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: install redis-server test lint typecheck pytest up bench clean
+.PHONY: install redis-server test lint typecheck pytest up demo bench bench-gpu clean
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -43,6 +43,9 @@ test: lint typecheck pytest
 
 up: install redis-server
 	$(VENV)/bin/splatq up
+
+demo: install redis-server
+	$(VENV)/bin/splatq demo
 
 bench: install redis-server
 	$(PY) -m pip install --quiet -e '.[dev,bench]'

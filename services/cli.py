@@ -12,11 +12,12 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from shared.settings import Settings, SettingsError
-from shared.stack import run_stack
+from services.stack import run_stack
 from shared.worker import load_handler_factory
 
 EXIT_USAGE = 2
 EXIT_CONFIG = 78  # EX_CONFIG from sysexits.h
+DEFAULT_HANDLER = "services.gpu_worker.handler:make"  # image -> 3D Gaussians
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -24,11 +25,15 @@ def _parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True)
     up = sub.add_parser("up", help="run the local stack in the foreground (Ctrl-C stops it)")
     up.add_argument("--data-dir", default=None, help="where var/redis lives (default ./var)")
+    d = sub.add_parser("demo", help="run the stack, reconstruct the bundled sample, verify")
+    d.add_argument("--quality", choices=["preview", "full"], default="preview")
+    d.add_argument("--out", default="out", help="where the artifacts go (default ./out)")
     w = sub.add_parser("worker", help="run one worker process")
     w.add_argument(
         "--handler",
         default=None,
-        help="job handler factory 'package.module:factory' (default: SPLATQ_JOB_HANDLER)",
+        help="job handler factory 'package.module:factory' (default: SPLATQ_JOB_HANDLER, "
+        "else the GPU reconstruction handler)",
     )
     w.add_argument("--concurrency", type=int, default=None, help="slots (default from env)")
     return p
@@ -45,6 +50,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.data_dir:
             settings = settings.with_overrides(data_dir=Path(args.data_dir))
         return asyncio.run(run_stack(settings))
+    if args.command == "demo":
+        from services.gpu_worker.demo import run_demo  # noqa: PLC0415 - torch import is slow
+
+        out = Path(args.out)
+        return asyncio.run(run_stack(settings, lambda s: run_demo(s, out, args.quality)))
     if args.command == "worker":
         return _worker(settings, args.handler, args.concurrency)
     return EXIT_USAGE
@@ -54,14 +64,7 @@ def _worker(settings: Settings, handler: str | None, concurrency: int | None) ->
     # Imported here so `splatq --help` and `splatq up` stay fast (no torch, no prometheus).
     from shared.runner import run_worker  # noqa: PLC0415
 
-    spec = handler or settings.job_handler
-    if not spec:
-        print(
-            "splatq worker: no job handler. Pass --handler package.module:factory or set "
-            "SPLATQ_JOB_HANDLER (the GPU inference handler arrives with the GPU worker).",
-            file=sys.stderr,
-        )
-        return EXIT_CONFIG
+    spec = handler or settings.job_handler or DEFAULT_HANDLER
     try:
         factory = load_handler_factory(spec)
     except (ValueError, ImportError, AttributeError) as exc:

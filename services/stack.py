@@ -11,6 +11,7 @@ import contextlib
 import os
 import signal
 import sys
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 import structlog
@@ -31,13 +32,14 @@ class ServiceSpec:
 
 def services_to_run(settings: Settings) -> list[ServiceSpec]:
     """The services that exist so far; later issues add the gateway, dispatcher, redriver."""
-    specs: list[ServiceSpec] = []
-    if settings.job_handler:
-        specs.append(ServiceSpec("worker", (sys.executable, "-m", "shared.cli", "worker")))
-    return specs
+    return [ServiceSpec("worker", (sys.executable, "-m", "services.cli", "worker"))]
 
 
-async def run_stack(settings: Settings) -> int:
+AfterStart = Callable[[Settings], Awaitable[int]]
+
+
+async def run_stack(settings: Settings, then: AfterStart | None = None) -> int:
+    """Run until Ctrl-C (or until `then` returns: its exit code ends the stack)."""
     configure_logging(settings.log_level, settings.log_format, "stack")
     redis: RedisServer | None = None
     env = dict(os.environ)
@@ -51,13 +53,16 @@ async def run_stack(settings: Settings) -> int:
         env["SPLATQ_REDIS_URL"] = redis.url
         log.info("redis.started", url=redis.url, data_dir=str(redis.data_dir), aof=True)
     redis_url = env.get("SPLATQ_REDIS_URL", settings.redis_url)
+    if not settings.storage_url:
+        env["SPLATQ_STORAGE_URL"] = f"file://{settings.storage_root.resolve()}"
+    child_settings = settings.with_overrides(
+        redis_url=redis_url, storage_url=env["SPLATQ_STORAGE_URL"]
+    )
     specs = services_to_run(settings)
     children: dict[str, asyncio.subprocess.Process] = {}
     for spec in specs:
         children[spec.name] = await asyncio.create_subprocess_exec(*spec.argv, env=env)
         log.info("service.started", service=spec.name, pid=children[spec.name].pid)
-    if not specs:
-        log.info("stack.no_services", hint="set SPLATQ_JOB_HANDLER to run a worker")
     print(f"splatq is up. Redis: {redis_url}   (Ctrl-C stops everything)", flush=True)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -65,8 +70,15 @@ async def run_stack(settings: Settings) -> int:
         loop.add_signal_handler(sig, stop.set)
     waiters = [asyncio.create_task(p.wait()) for p in children.values()]
     stopper = asyncio.create_task(stop.wait())
-    done, _ = await asyncio.wait([stopper, *waiters], return_when=asyncio.FIRST_COMPLETED)
-    exit_code = 0 if stopper in done else 1
+    runner = asyncio.create_task(then(child_settings)) if then is not None else None
+    watched = [stopper, *waiters] + ([runner] if runner is not None else [])
+    done, _ = await asyncio.wait(watched, return_when=asyncio.FIRST_COMPLETED)
+    if runner is not None and runner in done:
+        exit_code = runner.result()
+    else:
+        exit_code = 0 if stopper in done else 1
+        if runner is not None:
+            runner.cancel()
     for name, proc in children.items():
         if proc.returncode is None:
             proc.send_signal(signal.SIGTERM)

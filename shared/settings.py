@@ -119,7 +119,17 @@ class Settings:
 
     device: str = "auto"
     model: str = "builtin"
+    model_checkpoint: str = ""
     job_handler: str = ""
+    # Dynamic batching (Triton / Ray Serve semantics): a batch leaves when it holds
+    # `batch_max_size` jobs, or `batch_max_wait_ms` after its first job arrived, or when the
+    # next job would push it over `batch_max_pixels` input pixels (0 = no pixel bound).
+    batch_max_size: int = 8
+    batch_max_wait_ms: int = 20
+    batch_max_pixels: int = 0
+    # Simulates a device with room for this many foreground input pixels per forward pass
+    # (raises the real torch.cuda.OutOfMemoryError beyond it); 0 = off. Tests, capacity drills.
+    device_memory_budget_pixels: int = 0
 
     log_format: str = "auto"
     log_level: str = "info"
@@ -140,6 +150,16 @@ class Settings:
     def heartbeat_interval_s(self) -> float:
         """Leases are renewed every TTL/3, so two renewals can fail before the lease lapses."""
         return self.lease_ttl_ms / 3000.0
+
+    @property
+    def storage_root(self) -> Path:
+        """Where local storage lives when SPLATQ_STORAGE_URL is not set."""
+        return self.data_dir / "artifacts"
+
+    @property
+    def public_base_url(self) -> str:
+        """Base of artifact links: SPLATQ_PUBLIC_URL, else the gateway's own address."""
+        return self.public_url or f"http://127.0.0.1:{self.gateway_port}"
 
     @property
     def owned_partitions(self) -> tuple[int, ...]:
@@ -197,6 +217,13 @@ class Settings:
             webhook_retry_cap_ms=_int(e, "SPLATQ_WEBHOOK_RETRY_CAP_MS", d.webhook_retry_cap_ms, 1),
             device=_choice(e, "SPLATQ_DEVICE", d.device, frozenset({"auto", "cpu", "cuda"})),
             model=e.get("SPLATQ_MODEL", "").strip() or d.model,
+            model_checkpoint=e.get("SPLATQ_MODEL_CHECKPOINT", "").strip(),
+            batch_max_size=_int(e, "SPLATQ_BATCH_MAX_SIZE", d.batch_max_size, 1),
+            batch_max_wait_ms=_int(e, "SPLATQ_BATCH_MAX_WAIT_MS", d.batch_max_wait_ms, 0),
+            batch_max_pixels=_int(e, "SPLATQ_BATCH_MAX_PIXELS", d.batch_max_pixels, 0),
+            device_memory_budget_pixels=_int(
+                e, "SPLATQ_DEVICE_MEMORY_BUDGET_PIXELS", d.device_memory_budget_pixels, 0
+            ),
             job_handler=e.get("SPLATQ_JOB_HANDLER", "").strip(),
             log_format=_choice(
                 e, "SPLATQ_LOG_FORMAT", d.log_format, frozenset({"auto", "json", "console"})

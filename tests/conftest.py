@@ -17,6 +17,7 @@ from shared.queue import JobQueue
 from shared.redis_client import connect
 from shared.redis_server import RedisServer
 from shared.settings import Settings
+from shared.storage import LocalFileStorage
 from shared.worker import JobHandler, Worker
 from tests.handlers import BehaviourHandler
 
@@ -66,6 +67,12 @@ async def queue(redis: Redis, settings: Settings) -> JobQueue:
     q = JobQueue(redis, settings)
     await q.setup()
     return q
+
+
+@pytest.fixture
+def storage(tmp_path: Path) -> LocalFileStorage:
+    """Local object storage in a fresh directory."""
+    return LocalFileStorage(tmp_path / "objects")
 
 
 WorkerFactory = Callable[..., Awaitable[Worker]]

@@ -39,15 +39,17 @@ def worker_env(redis_url: str, **overrides: str) -> dict[str, str]:
 
 @pytest.fixture
 def spawn_worker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SpawnWorker]:
-    """Start `python -m shared.cli worker --handler tests.handlers:make`; all are killed after
+    """Start `python -m services.cli worker --handler tests.handlers:make`; all are killed after
     the test. Logs go to a file per process (shown on failure by the test's asserts)."""
     procs: list[subprocess.Popen[bytes]] = []
     log_dir = tmp_path_factory.mktemp("worker-logs")
 
-    def spawn(redis_url: str, **overrides: str) -> subprocess.Popen[bytes]:
+    def spawn(
+        redis_url: str, handler: str = "tests.handlers:make", **overrides: str
+    ) -> subprocess.Popen[bytes]:
         log = open(log_dir / f"worker-{len(procs)}.log", "wb")  # noqa: SIM115 - owned by proc
         proc = subprocess.Popen(
-            [sys.executable, "-m", "shared.cli", "worker", "--handler", "tests.handlers:make"],
+            [sys.executable, "-m", "services.cli", "worker", "--handler", handler],
             cwd=REPO_ROOT,
             env=worker_env(redis_url, **overrides),
             stdout=log,

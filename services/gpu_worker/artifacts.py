@@ -1,0 +1,82 @@
+"""A job's artifacts: encoded from its Gaussians, staged under temporary keys, verified, and
+only then committed — so a reader never sees a partial or corrupt file.
+
+Encoding is pure (runs in a worker thread); staging and committing go through `Storage`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from services.gpu_worker import formats
+from services.gpu_worker.camera import Camera
+from services.gpu_worker.gaussians import Gaussians
+from services.gpu_worker.renderer import render, to_png_bytes
+from shared.storage import Staged, Storage, artifact_key
+
+# contract name -> file name under jobs/<job_id>/
+ARTIFACT_FILES: Mapping[str, str] = {
+    "gaussian_ply": "scene.ply",
+    "splat": "scene.splat",
+    "rendered_preview": "preview.png",
+}
+PREVIEW_YAW_DEG = 25.0  # a turned view shows the reconstruction is 3-D, not a copy
+PREVIEW_MAX_SIZE = 256
+
+
+@dataclass(frozen=True, slots=True)
+class EncodedArtifacts:
+    files: Mapping[str, bytes]  # contract name -> bytes
+    gaussian_count: int
+    preview_size: int
+
+
+def encode_artifacts(gaussians: Gaussians, input_camera: Camera) -> EncodedArtifacts:
+    """PLY, .splat and a preview PNG rendered from a turned camera (CPU/GPU, blocking)."""
+    size = min(PREVIEW_MAX_SIZE, input_camera.width)
+    preview_cam = Camera.input_view(size, size).orbited(PREVIEW_YAW_DEG)
+    image = render(gaussians, preview_cam)
+    cpu = gaussians.to("cpu")
+    return EncodedArtifacts(
+        files={
+            "gaussian_ply": formats.to_ply_bytes(cpu),
+            "splat": formats.to_splat_bytes(cpu),
+            "rendered_preview": to_png_bytes(image),
+        },
+        gaussian_count=gaussians.count,
+        preview_size=size,
+    )
+
+
+def verify_encoded(data: Mapping[str, bytes], gaussian_count: int, preview_size: int) -> None:
+    """Raise `formats.ArtifactInvalid` unless every file is whole and consistent."""
+    formats.verify_ply(data["gaussian_ply"], expected_count=gaussian_count)
+    formats.verify_splat(data["splat"], expected_count=gaussian_count)
+    formats.verify_png(data["rendered_preview"], preview_size, preview_size)
+
+
+async def stage_and_verify(
+    storage: Storage, job_id: str, encoded: EncodedArtifacts
+) -> dict[str, Staged]:
+    """Write every file under a temporary key and verify what storage actually holds."""
+    staged: dict[str, Staged] = {}
+    try:
+        for name, data in encoded.files.items():
+            staged[name] = await storage.stage(artifact_key(job_id, ARTIFACT_FILES[name]), data)
+        read_back = {name: await storage.read_staged(s) for name, s in staged.items()}
+        verify_encoded(read_back, encoded.gaussian_count, encoded.preview_size)
+    except BaseException:
+        await discard_all(storage, staged)
+        raise
+    return staged
+
+
+async def commit_all(storage: Storage, staged: Mapping[str, Staged]) -> None:
+    for s in staged.values():
+        await storage.commit(s)
+
+
+async def discard_all(storage: Storage, staged: Mapping[str, Staged]) -> None:
+    for s in staged.values():
+        await storage.discard(s)

@@ -1,0 +1,201 @@
+"""The GPU worker's job handler: input → batched forward pass → artifacts → outcome.
+
+Runs on the engine's worker runtime (leases, retries, outbox come from there). Inference,
+rendering and encoding run off the event loop so heartbeats are never starved.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import structlog
+import torch
+
+from services.gpu_worker.artifacts import (
+    ARTIFACT_FILES,
+    commit_all,
+    discard_all,
+    encode_artifacts,
+    stage_and_verify,
+)
+from services.gpu_worker.batching import DynamicBatcher
+from services.gpu_worker.gaussians import Gaussians
+from services.gpu_worker.images import decode_image
+from services.gpu_worker.metrics import GpuMetrics
+from services.gpu_worker.model import ReconstructionModel, load_model
+from services.gpu_worker.oom import (
+    DeviceOutOfMemory,
+    MemoryBudget,
+    forward_with_oom_split,
+    release_device_memory,
+)
+from shared.errors import PermanentError, SplatqError
+from shared.jobs import JobOutcome
+from shared.settings import Settings
+from shared.storage import Storage, artifact_prefix, open_storage
+from shared.worker import JobContext
+
+log = structlog.get_logger("splatq.gpu_worker")
+QUALITIES = ("preview", "full")
+
+
+class InputMissing(PermanentError):  # noqa: N818 - matches the error code
+    code = "INPUT_MISSING"
+
+
+def select_device(setting: str) -> torch.device:
+    """`auto` picks CUDA when present; asking for `cuda` without one is a configuration error."""
+    if setting == "cuda" or (setting == "auto" and torch.cuda.is_available()):
+        if not torch.cuda.is_available():
+            raise RuntimeError("SPLATQ_DEVICE=cuda but torch sees no CUDA device")
+        return torch.device("cuda")
+    return torch.device("cpu")
+
+
+def artifact_url(base_url: str, job_id: str, name: str) -> str:
+    return f"{base_url}/v1/jobs/{job_id}/artifacts/{name}"
+
+
+@dataclass(frozen=True, slots=True)
+class _Item:
+    image: torch.Tensor  # [4, R, R] on CPU
+    quality: str
+    enqueued_at: float
+
+
+class GpuJobHandler:
+    """One per worker process: owns the model, one batcher per quality, and the storage."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        model: ReconstructionModel,
+        storage: Storage,
+        metrics: GpuMetrics | None = None,
+        device: torch.device | None = None,
+    ) -> None:
+        self.settings = settings
+        self.model = model
+        self.storage = storage
+        self.metrics = metrics
+        self.device = device or select_device(settings.device)
+        self.budget = MemoryBudget(settings.device_memory_budget_pixels)
+        self.forward_passes = 0
+        self.batchers: dict[str, DynamicBatcher[_Item, Gaussians]] = {
+            q: DynamicBatcher(
+                run_batch=self._make_runner(q),
+                max_size=settings.batch_max_size,
+                max_wait_s=settings.batch_max_wait_ms / 1000,
+                max_cost=settings.batch_max_pixels,
+            )
+            for q in QUALITIES
+        }
+
+    async def startup(self) -> None:
+        await asyncio.to_thread(self.model.load, self.device)
+        for b in self.batchers.values():
+            b.start()
+        log.info("gpu_worker.ready", device=str(self.device), model=self.model.version,
+                 max_batch=self.settings.batch_max_size)
+
+    async def shutdown(self) -> None:
+        for b in self.batchers.values():
+            await b.stop()
+
+    # -- the job ------------------------------------------------------------------------
+
+    async def __call__(self, ctx: JobContext) -> JobOutcome:
+        try:
+            return await self._reconstruct(ctx)
+        except SplatqError as exc:
+            if self.metrics is not None:
+                self.metrics.job_errors.labels(exc.code).inc()
+            raise
+
+    async def _reconstruct(self, ctx: JobContext) -> JobOutcome:
+        quality = ctx.job.quality if ctx.job.quality in QUALITIES else "full"
+        resolution = self.model.input_resolution(quality)
+        started = time.monotonic()
+        await ctx.progress(0.05, "loading_input")
+        # A previous attempt killed mid-write may have left temporary files behind.
+        await self.storage.sweep_temp(artifact_prefix(ctx.job.id))
+        if not ctx.job.input_ref:
+            raise InputMissing("the job has no input image")
+        data = await self.storage.get_bytes(ctx.job.input_ref)
+        image = await ctx.run_blocking(decode_image, data, resolution)
+        await ctx.progress(0.15, "inference")
+        gaussians = await self.batchers[quality].submit(
+            _Item(image, quality, time.monotonic()), cost=resolution * resolution
+        )
+        if self.metrics is not None:
+            self.metrics.gaussians_per_job.labels(quality).observe(gaussians.count)
+        await ctx.progress(0.6, "encoding")
+        camera = self.model.input_camera(resolution)
+        encoded = await ctx.run_blocking(encode_artifacts, gaussians, camera)
+        await ctx.progress(0.85, "writing_artifacts")
+        staged = await stage_and_verify(self.storage, ctx.job.id, encoded)
+        try:
+            # The last stage boundary: a job canceled now commits nothing.
+            ctx.raise_if_stopped()
+        except BaseException:
+            await discard_all(self.storage, staged)
+            raise
+        await commit_all(self.storage, staged)
+        base = self.settings.public_base_url
+        return JobOutcome(
+            artifacts={name: artifact_url(base, ctx.job.id, name) for name in ARTIFACT_FILES},
+            compute_time_ms=round((time.monotonic() - started) * 1000),
+            model=self.model.version,
+            extra_fields={"gaussian_count": str(gaussians.count)},
+        )
+
+    # -- batches --------------------------------------------------------------------------
+
+    def _make_runner(self, quality: str) -> Any:
+        async def run(items: list[_Item]) -> list[Gaussians | BaseException]:
+            now = time.monotonic()
+            if self.metrics is not None:
+                self.metrics.batch_size.labels(quality).observe(len(items))
+                for it in items:
+                    self.metrics.queue_wait.labels(quality).observe(now - it.enqueued_at)
+            results = await asyncio.to_thread(self._infer_blocking, quality, items)
+            if self.metrics is not None:
+                self.metrics.inference_seconds.labels(quality).observe(time.monotonic() - now)
+                self._sample_device_memory()
+            return list(results)
+
+        return run
+
+    def _infer_blocking(
+        self, quality: str, items: list[_Item]
+    ) -> list[Gaussians | DeviceOutOfMemory]:
+        def forward(batch: Any) -> list[Gaussians]:
+            self.forward_passes += 1
+            images = torch.stack([it.image for it in batch]).to(self.device)
+            self.budget.check(images)
+            with torch.inference_mode():
+                return self.model.infer(images)
+
+        def on_split(n: int) -> None:
+            if self.metrics is not None:
+                self.metrics.oom_splits.labels(quality).inc()
+            log.warning("gpu.oom_split", quality=quality, batch=n)
+
+        return forward_with_oom_split(forward, items, release_device_memory, on_split)
+
+    def _sample_device_memory(self) -> None:
+        if self.metrics is not None and self.device.type == "cuda":
+            self.metrics.device_memory_bytes.set(torch.cuda.memory_allocated(self.device))
+            self.metrics.device_memory_peak_bytes.set(
+                torch.cuda.max_memory_allocated(self.device)
+            )
+
+
+def make(settings: Settings) -> GpuJobHandler:
+    """Handler factory for `splatq worker` (the default handler)."""
+    model = load_model(settings.model, settings.model_checkpoint)
+    storage = open_storage(settings.storage_url, settings.storage_root)
+    return GpuJobHandler(settings, model, storage, GpuMetrics.create())

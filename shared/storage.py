@@ -1,0 +1,166 @@
+"""Object storage for inputs and artifacts: an async interface and its local-filesystem backend.
+
+Writes are staged under a temporary key and made visible by an atomic commit (rename), so a
+reader never sees a partial object. No job logic here; the S3 backend arrives with the gateway.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import secrets
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+from typing import Protocol
+from urllib.parse import urlparse
+
+from shared.errors import PermanentError, TransientError
+
+TEMP_MARKER = ".tmp-"
+
+
+class ObjectNotFound(PermanentError):  # noqa: N818 - reads as what it is
+    code = "OBJECT_NOT_FOUND"
+
+
+class StorageUnavailable(TransientError):  # noqa: N818
+    code = "STORAGE_UNAVAILABLE"
+
+
+@dataclass(frozen=True, slots=True)
+class Staged:
+    """An object written under `temp_key`, not yet visible at `key`."""
+
+    key: str
+    temp_key: str
+    size: int
+
+
+class Storage(Protocol):
+    async def get_bytes(self, key: str) -> bytes: ...
+
+    async def put_bytes(self, key: str, data: bytes) -> None:
+        """Write and commit in one call (stage + commit)."""
+        ...
+
+    async def stage(self, key: str, data: bytes) -> Staged: ...
+
+    async def read_staged(self, staged: Staged) -> bytes: ...
+
+    async def commit(self, staged: Staged) -> None:
+        """Make a staged object visible at its key, atomically (replacing any old one)."""
+        ...
+
+    async def discard(self, staged: Staged) -> None: ...
+
+    async def exists(self, key: str) -> bool: ...
+
+    async def delete(self, key: str) -> None: ...
+
+    async def sweep_temp(self, prefix: str) -> int:
+        """Delete temporary (never committed) objects under `prefix`; returns how many."""
+        ...
+
+
+def validate_key(key: str) -> str:
+    """Keys are relative POSIX paths without `..`, empty or hidden segments."""
+    parts = PurePosixPath(key).parts
+    if not parts or key.startswith("/") or any(p in {"", ".", ".."} for p in parts):
+        raise ValueError(f"invalid storage key: {key!r}")
+    if any(p.startswith(".") for p in parts):
+        raise ValueError(f"invalid storage key (hidden segment): {key!r}")
+    return key
+
+
+class LocalFileStorage:
+    """Files under `root`; commit is `os.replace` (atomic on POSIX) after an fsync."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root.resolve()
+
+    def path_of(self, key: str) -> Path:
+        return self.root / validate_key(key)
+
+    async def get_bytes(self, key: str) -> bytes:
+        path = self.path_of(key)
+        try:
+            return await asyncio.to_thread(path.read_bytes)
+        except FileNotFoundError:
+            raise ObjectNotFound(f"no object at {key!r}") from None
+        except OSError as exc:
+            raise StorageUnavailable(f"reading {key!r}: {exc}") from exc
+
+    async def put_bytes(self, key: str, data: bytes) -> None:
+        await self.commit(await self.stage(key, data))
+
+    async def stage(self, key: str, data: bytes) -> Staged:
+        path = self.path_of(key)
+        temp = path.with_name(f".{path.name}{TEMP_MARKER}{secrets.token_hex(6)}")
+        try:
+            await asyncio.to_thread(_write_synced, temp, data)
+        except OSError as exc:
+            raise StorageUnavailable(f"writing {key!r}: {exc}") from exc
+        return Staged(key, str(temp.relative_to(self.root)), len(data))
+
+    async def read_staged(self, staged: Staged) -> bytes:
+        return await asyncio.to_thread((self.root / staged.temp_key).read_bytes)
+
+    async def commit(self, staged: Staged) -> None:
+        final = self.path_of(staged.key)
+        try:
+            await asyncio.to_thread(os.replace, self.root / staged.temp_key, final)
+        except OSError as exc:
+            raise StorageUnavailable(f"committing {staged.key!r}: {exc}") from exc
+
+    async def discard(self, staged: Staged) -> None:
+        await asyncio.to_thread((self.root / staged.temp_key).unlink, True)
+
+    async def exists(self, key: str) -> bool:
+        return await asyncio.to_thread(self.path_of(key).is_file)
+
+    async def delete(self, key: str) -> None:
+        await asyncio.to_thread(self.path_of(key).unlink, True)
+
+    async def sweep_temp(self, prefix: str) -> int:
+        directory = self.path_of(prefix)
+
+        def sweep() -> int:
+            if not directory.is_dir():
+                return 0
+            stale = [p for p in directory.iterdir() if TEMP_MARKER in p.name]
+            for p in stale:
+                p.unlink(missing_ok=True)
+            return len(stale)
+
+        return await asyncio.to_thread(sweep)
+
+
+def _write_synced(path: Path, data: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def open_storage(url: str, default_root: Path) -> Storage:
+    """`file:///abs/path` (or empty: `default_root`); `s3://` comes with the gateway."""
+    if not url:
+        return LocalFileStorage(default_root)
+    parsed = urlparse(url)
+    if parsed.scheme == "file":
+        return LocalFileStorage(Path(parsed.path))
+    raise ValueError(f"unsupported SPLATQ_STORAGE_URL scheme {parsed.scheme!r} (use file://)")
+
+
+def input_key(sha256_hex: str, extension: str) -> str:
+    """Content-addressed key of an uploaded input image."""
+    return f"inputs/{sha256_hex[:2]}/{sha256_hex}.{extension}"
+
+
+def artifact_prefix(job_id: str) -> str:
+    return f"jobs/{job_id}"
+
+
+def artifact_key(job_id: str, filename: str) -> str:
+    return f"{artifact_prefix(job_id)}/{filename}"

@@ -1,0 +1,1 @@
+"""Tests for the GPU worker: artifact formats, geometry and rendering helpers."""

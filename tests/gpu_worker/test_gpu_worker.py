@@ -1,0 +1,157 @@
+"""The GPU worker end to end on CPU: real Redis, the engine's worker runtime, the builtin
+model, local storage, batching, OOM splitting, cancel and artifact commits."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import torch
+from redis.asyncio import Redis
+
+from services.gpu_worker import formats
+from services.gpu_worker.artifacts import ARTIFACT_FILES
+from services.gpu_worker.images import decode_image
+from services.gpu_worker.model import load_model
+from shared.queue import JobQueue
+from shared.settings import Settings
+from shared.storage import LocalFileStorage, artifact_key
+from tests.conftest import WorkerFactory, job_events, wait_for_status
+from tests.gpu_worker.conftest import opaque_noise_png, sample_png, stored_spec
+
+
+async def _artifacts(storage: LocalFileStorage, job_id: str) -> dict[str, bytes]:
+    return {n: await storage.get_bytes(artifact_key(job_id, f)) for n, f in ARTIFACT_FILES.items()}
+
+
+async def test_jobs_submitted_together_share_forward_passes_without_cross_talk(
+    queue: JobQueue,
+    redis: Redis,
+    settings: Settings,
+    storage: LocalFileStorage,
+    start_worker: WorkerFactory,
+    gpu_handler_factory: Any,
+) -> None:
+    """Four different images in one batch: fewer forward passes than jobs, and each job's
+    artifacts are its own (Gaussian count equals a solo run of the model on that image)."""
+    s = settings.with_overrides(batch_max_size=4, batch_max_wait_ms=300, worker_concurrency=8)
+    handler = await gpu_handler_factory(s)
+    inputs = [sample_png(seed) for seed in range(4)]
+    jobs = [await queue.enqueue(await stored_spec(storage, data)) for data in inputs]
+    await start_worker(handler, batch_max_size=4, worker_concurrency=8)
+    solo = load_model("builtin")
+    solo.load(torch.device("cpu"))
+    previews = set()
+    for data, submitted in zip(inputs, jobs, strict=True):
+        job = await wait_for_status(queue, submitted.job_id, {"completed"}, timeout_s=60)
+        files = await _artifacts(storage, job.id)
+        [expected] = solo.infer(decode_image(data, 128).unsqueeze(0))
+        info = formats.verify_ply(files["gaussian_ply"], expected_count=expected.count)
+        assert info.count == expected.count > 0
+        assert formats.verify_splat(files["splat"]) == expected.count
+        assert formats.verify_png(files["rendered_preview"]) == (128, 128)
+        assert job.artifacts is not None
+        assert set(job.artifacts) == {"gaussian_ply", "splat", "rendered_preview"}
+        assert job.artifacts["splat"].endswith(f"/v1/jobs/{job.id}/artifacts/splat")
+        assert job.model == solo.version
+        previews.add(files["rendered_preview"])
+        assert (await job_events(redis, queue, job.id))[-1] == "3d_reconstruction.completed"
+    assert len(previews) == 4
+    assert handler.forward_passes < 4
+
+
+async def test_a_job_too_big_for_the_device_fails_alone_and_its_batch_mates_complete(
+    queue: JobQueue,
+    redis: Redis,
+    settings: Settings,
+    storage: LocalFileStorage,
+    start_worker: WorkerFactory,
+    gpu_handler_factory: Any,
+) -> None:
+    """Device OOM (simulated budget, real OutOfMemoryError type): the batch is split; the job
+    that does not fit alone fails non-retryable with CUDA_OUT_OF_MEMORY; the others complete."""
+    small = [sample_png(seed) for seed in range(3)]
+    big = opaque_noise_png()
+    fg = [int((decode_image(d, 128)[3] > 0.5).sum()) for d in [*small, big]]
+    assert 2 * max(fg[:3]) < fg[3]
+    s = settings.with_overrides(
+        batch_max_size=4,
+        batch_max_wait_ms=300,
+        worker_concurrency=8,
+        device_memory_budget_pixels=fg[3] - 1,
+    )
+    handler = await gpu_handler_factory(s)
+    small_jobs = [await queue.enqueue(await stored_spec(storage, d)) for d in small]
+    big_job = await queue.enqueue(await stored_spec(storage, big))
+    await start_worker(handler, batch_max_size=4, worker_concurrency=8)
+    failed = await wait_for_status(queue, big_job.job_id, {"failed", "completed"}, timeout_s=60)
+    assert failed.status == "failed"
+    assert failed.error is not None
+    assert (failed.error.code, failed.error.retryable) == ("CUDA_OUT_OF_MEMORY", False)
+    assert failed.attempts == 1
+    assert (await job_events(redis, queue, failed.id))[-1] == "3d_reconstruction.failed"
+    for j in small_jobs:
+        assert (await wait_for_status(queue, j.job_id, {"completed"}, timeout_s=60)).artifacts
+    assert not await storage.exists(artifact_key(failed.id, "scene.ply"))
+
+
+async def test_corrupt_input_fails_permanently_with_invalid_image(
+    queue: JobQueue,
+    settings: Settings,
+    storage: LocalFileStorage,
+    start_worker: WorkerFactory,
+    gpu_handler_factory: Any,
+) -> None:
+    """Truncated PNG bytes: failed once, INVALID_IMAGE, not retried."""
+    handler = await gpu_handler_factory(settings)
+    job = await queue.enqueue(await stored_spec(storage, sample_png(0)[:200]))
+    await start_worker(handler)
+    failed = await wait_for_status(queue, job.job_id, {"failed"}, timeout_s=30)
+    assert failed.error is not None
+    assert (failed.error.code, failed.error.retryable, failed.attempts) == (
+        "INVALID_IMAGE", False, 1,
+    )  # fmt: skip
+
+
+async def test_cancel_during_inference_commits_no_artifacts(
+    queue: JobQueue,
+    redis: Redis,
+    settings: Settings,
+    storage: LocalFileStorage,
+    start_worker: WorkerFactory,
+    gpu_handler_factory: Any,
+) -> None:
+    """A job canceled while its forward pass runs stops at the next stage boundary: status
+    canceled, no artifact at any final key, no temporary file left."""
+    handler = await gpu_handler_factory(settings)
+    gate = threading.Event()
+    real_infer = handler.model.infer
+
+    def held_infer(images: torch.Tensor) -> Any:
+        gate.wait(timeout=30)
+        return real_infer(images)
+
+    handler.model.infer = held_infer  # type: ignore[method-assign]
+    job = await queue.enqueue(await stored_spec(storage, sample_png(0)))
+    await start_worker(handler)
+
+    async def in_inference() -> bool:
+        j = await queue.get(job.job_id)
+        return j is not None and j.stage == "inference"
+
+    from tests.conftest import wait_until  # noqa: PLC0415
+
+    await wait_until(in_inference, timeout_s=30)
+    assert await queue.cancel(job.job_id) == "cancel_requested"
+    await wait_until(lambda: _flag_seen(redis, queue, job.job_id), timeout_s=10)
+    gate.set()
+    done = await wait_for_status(queue, job.job_id, {"canceled"}, timeout_s=30)
+    assert done.artifacts is None
+    for filename in ARTIFACT_FILES.values():
+        assert not await storage.exists(artifact_key(job.job_id, filename))
+    job_dir = storage.path_of(f"jobs/{job.job_id}")
+    assert not job_dir.exists() or list(job_dir.iterdir()) == []
+
+
+async def _flag_seen(redis: Redis, queue: JobQueue, job_id: str) -> bool:
+    return bool(await redis.hget(queue.keys.job(job_id), "cancel_requested"))
