@@ -66,7 +66,7 @@ def worker_command(redis_url: str, concurrency: int) -> list[str]:
         "SPLATQ_LOG_FORMAT=json",
         sys.executable,
         "-m",
-        "shared.cli",
+        "services.cli",
         "worker",
         "--handler",
         "bench.peers.splatq_noop:make",
