@@ -39,8 +39,12 @@ def _inputs(resolution: int, n: int) -> torch.Tensor:
 
 
 def measure(
-    model: ReconstructionModel, device: torch.device, quality: str, batch: int,
-    min_seconds: float, with_artifacts: bool,
+    model: ReconstructionModel,
+    device: torch.device,
+    quality: str,
+    batch: int,
+    min_seconds: float,
+    with_artifacts: bool,
 ) -> tuple[float, float, float]:
     """(jobs/s, p50 batch latency s, p99 batch latency s) over at least `min_seconds`."""
     res = model.input_resolution(quality)
@@ -71,16 +75,21 @@ def main() -> None:
     p.add_argument("--qualities", default="preview,full")
     p.add_argument("--min-seconds", type=float, default=2.0)
     p.add_argument("--model", default="builtin")
-    p.add_argument("--with-artifacts", action="store_true",
-                   help="include PLY/.splat encoding and the preview render per job")
+    p.add_argument(
+        "--with-artifacts",
+        action="store_true",
+        help="include PLY/.splat encoding and the preview render per job",
+    )
     args = p.parse_args()
     device = select_device(args.device)
     model = load_model(args.model)
     model.load(device)
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor()
-    print(f"model {model.version} on {device} ({name}), torch {torch.__version__}, "
-          f"{torch.get_num_threads()} CPU threads"
-          + (", with artifacts" if args.with_artifacts else ", forward pass only"))
+    print(
+        f"model {model.version} on {device} ({name}), torch {torch.__version__}, "
+        f"{torch.get_num_threads()} CPU threads"
+        + (", with artifacts" if args.with_artifacts else ", forward pass only")
+    )
     sizes = [int(s) for s in args.sizes.split(",")]
     for quality in args.qualities.split(","):
         print(f"\n{quality} ({model.input_resolution(quality)}²)\n")
@@ -89,14 +98,18 @@ def main() -> None:
         base = 0.0
         for b in sizes:
             try:
-                rate, p50, p99 = measure(model, device, quality, b, args.min_seconds,
-                                         args.with_artifacts)
+                rate, p50, p99 = measure(
+                    model, device, quality, b, args.min_seconds, args.with_artifacts
+                )
             except torch.cuda.OutOfMemoryError:
                 print(f"| {b} | OOM | | | |")
                 break
             base = base or rate
-            print(f"| {b} | {rate:,.1f} | {p50 * 1000:,.1f} | {p99 * 1000:,.1f} | "
-                  f"{rate / base:.2f}× |", flush=True)
+            print(
+                f"| {b} | {rate:,.1f} | {p50 * 1000:,.1f} | {p99 * 1000:,.1f} | "
+                f"{rate / base:.2f}x |",
+                flush=True,
+            )
 
 
 if __name__ == "__main__":

@@ -11,8 +11,8 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from shared.settings import Settings, SettingsError
 from services.stack import run_stack
+from shared.settings import Settings, SettingsError
 from shared.worker import load_handler_factory
 
 EXIT_USAGE = 2

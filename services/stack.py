@@ -58,27 +58,44 @@ async def run_stack(settings: Settings, then: AfterStart | None = None) -> int:
     child_settings = settings.with_overrides(
         redis_url=redis_url, storage_url=env["SPLATQ_STORAGE_URL"]
     )
-    specs = services_to_run(settings)
     children: dict[str, asyncio.subprocess.Process] = {}
-    for spec in specs:
-        children[spec.name] = await asyncio.create_subprocess_exec(*spec.argv, env=env)
-        log.info("service.started", service=spec.name, pid=children[spec.name].pid)
-    print(f"splatq is up. Redis: {redis_url}   (Ctrl-C stops everything)", flush=True)
+    try:
+        for spec in services_to_run(settings):
+            children[spec.name] = await asyncio.create_subprocess_exec(*spec.argv, env=env)
+            log.info("service.started", service=spec.name, pid=children[spec.name].pid)
+        print(f"splatq is up. Redis: {redis_url}   (Ctrl-C stops everything)", flush=True)
+        return await _supervise(children, then(child_settings) if then else None)
+    finally:
+        await _stop_children(children, settings.shutdown_grace_s + 5)
+        if redis is not None:
+            await redis.stop()
+            log.info("redis.stopped")
+
+
+async def _supervise(
+    children: dict[str, asyncio.subprocess.Process], then: Awaitable[int] | None
+) -> int:
+    """Wait for Ctrl-C/SIGTERM, a child's death (exit 1), or `then` (its exit code)."""
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
-    waiters = [asyncio.create_task(p.wait()) for p in children.values()]
     stopper = asyncio.create_task(stop.wait())
-    runner = asyncio.create_task(then(child_settings)) if then is not None else None
+    waiters = [asyncio.create_task(p.wait()) for p in children.values()]
+    runner = asyncio.ensure_future(then) if then is not None else None
     watched = [stopper, *waiters] + ([runner] if runner is not None else [])
-    done, _ = await asyncio.wait(watched, return_when=asyncio.FIRST_COMPLETED)
+    try:
+        done, _ = await asyncio.wait(watched, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for task in watched:
+            if not task.done():
+                task.cancel()
     if runner is not None and runner in done:
-        exit_code = runner.result()
-    else:
-        exit_code = 0 if stopper in done else 1
-        if runner is not None:
-            runner.cancel()
+        return runner.result()
+    return 0 if stopper in done else 1
+
+
+async def _stop_children(children: dict[str, asyncio.subprocess.Process], grace_s: float) -> None:
     for name, proc in children.items():
         if proc.returncode is None:
             proc.send_signal(signal.SIGTERM)
@@ -87,11 +104,6 @@ async def run_stack(settings: Settings, then: AfterStart | None = None) -> int:
     for proc in children.values():
         with contextlib.suppress(ProcessLookupError):
             try:
-                await asyncio.wait_for(proc.wait(), timeout=settings.shutdown_grace_s + 5)
+                await asyncio.wait_for(proc.wait(), timeout=grace_s)
             except TimeoutError:
                 proc.kill()
-    stopper.cancel()
-    if redis is not None:
-        await redis.stop()
-        log.info("redis.stopped")
-    return exit_code

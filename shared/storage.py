@@ -19,11 +19,11 @@ from shared.errors import PermanentError, TransientError
 TEMP_MARKER = ".tmp-"
 
 
-class ObjectNotFound(PermanentError):  # noqa: N818 - reads as what it is
+class ObjectNotFound(PermanentError):
     code = "OBJECT_NOT_FOUND"
 
 
-class StorageUnavailable(TransientError):  # noqa: N818
+class StorageUnavailable(TransientError):
     code = "STORAGE_UNAVAILABLE"
 
 

@@ -8,6 +8,7 @@ blocks: the forward pass itself runs in the caller-supplied coroutine (off the e
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
@@ -72,10 +73,8 @@ class DynamicBatcher(Generic[T, R]):
     async def stop(self) -> None:
         if self._task is not None:
             self._task.cancel()
-            try:
+            with contextlib.suppress(asyncio.CancelledError):
                 await self._task
-            except asyncio.CancelledError:
-                pass
             self._task = None
         for p in self._queue:
             if not p.future.done():
@@ -107,13 +106,12 @@ class DynamicBatcher(Generic[T, R]):
             oldest = self._queue[0].arrived
             waited = time.monotonic() - oldest
             cost = sum(p.cost for p in self._queue[: self.max_size])
-            if not batch_ready(len(self._queue), cost, waited, self.max_size,
-                               self.max_wait_s, self.max_cost):
+            if not batch_ready(
+                len(self._queue), cost, waited, self.max_size, self.max_wait_s, self.max_cost
+            ):
                 self._wakeup.clear()
-                try:
+                with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._wakeup.wait(), self.max_wait_s - waited)
-                except TimeoutError:
-                    pass
                 continue
             n = take_batch([p.cost for p in self._queue], self.max_size, self.max_cost)
             batch, self._queue[:] = self._queue[:n], self._queue[n:]
@@ -122,7 +120,7 @@ class DynamicBatcher(Generic[T, R]):
                 continue
             try:
                 results = await self.run_batch([p.item for p in live])
-            except Exception as exc:  # noqa: BLE001 - the batch's jobs get the error
+            except Exception as exc:
                 results = [exc] * len(live)
             for p, r in zip(live, results, strict=True):
                 if p.future.done():

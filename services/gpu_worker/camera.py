@@ -46,8 +46,9 @@ class Camera:
         # x_cam = R (x - pivot) + pivot: rotate the world about the pivot, camera stays put.
         w2c[:3, :3] = rot
         w2c[:3, 3] = pivot - rot @ pivot
-        return Camera(self.width, self.height, self.fx, self.fy, self.cx, self.cy,
-                      w2c @ self.world_to_camera)
+        return Camera(
+            self.width, self.height, self.fx, self.fy, self.cx, self.cy, w2c @ self.world_to_camera
+        )
 
     def pixel_rays(self, device: torch.device | str = "cpu") -> torch.Tensor:
         """[H, W, 3] directions through pixel centres with z = 1 (input view only)."""

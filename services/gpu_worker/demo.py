@@ -39,8 +39,13 @@ async def run_demo(settings: Settings, out_dir: Path, quality: str = "preview") 
     await queue.setup()
     try:
         result = await queue.enqueue(
-            JobSpec(tenant="demo", quality=quality, input_ref=key, input_sha256=digest,
-                    metadata={"source": "make demo"})
+            JobSpec(
+                tenant="demo",
+                quality=quality,
+                input_ref=key,
+                input_sha256=digest,
+                metadata={"source": "make demo"},
+            )
         )
         job_id = result.job_id
         print(f"submitted {SAMPLE.name} as {job_id} ({quality})", flush=True)
@@ -50,22 +55,31 @@ async def run_demo(settings: Settings, out_dir: Path, quality: str = "preview") 
             err = job.error if job else None
             print(f"job ended {status}: {err.code if err else ''} {err.message if err else ''}")
             return 1
-        out_dir.mkdir(parents=True, exist_ok=True)
-        files = {}
-        for name, filename in ARTIFACT_FILES.items():
-            files[name] = await storage.get_bytes(artifact_key(job_id, filename))
-            (out_dir / filename).write_bytes(files[name])
-        count = int((await redis.hget(queue.keys.job(job_id), "gaussian_count")) or 0)
+        files = {
+            name: await storage.get_bytes(artifact_key(job_id, filename))
+            for name, filename in ARTIFACT_FILES.items()
+        }
+        await asyncio.to_thread(_write_out, out_dir, files)
+        raw_count = await redis.hget(queue.keys.job(job_id), "gaussian_count")  # type: ignore[misc]
+        count = int(raw_count or 0)
         ply = formats.verify_ply(files["gaussian_ply"], expected_count=count)
         formats.verify_splat(files["splat"], expected_count=count)
         size = min(PREVIEW_MAX_SIZE, 128 if quality == "preview" else 512)
         formats.verify_png(files["rendered_preview"], size, size)
-        print(f"verified: {ply.count} Gaussians; artifacts in {out_dir}/: "
-              + ", ".join(ARTIFACT_FILES.values()))
+        print(
+            f"verified: {ply.count} Gaussians; artifacts in {out_dir}/: "
+            + ", ".join(ARTIFACT_FILES.values())
+        )
         print(f"compute time {job.compute_time_ms} ms, model {job.model}")
         return 0
     finally:
         await redis.aclose()
+
+
+def _write_out(out_dir: Path, files: dict[str, bytes]) -> None:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    for name, data in files.items():
+        (out_dir / ARTIFACT_FILES[name]).write_bytes(data)
 
 
 async def _follow(redis: Redis, queue: JobQueue, job_id: str, timeout_s: float = 900) -> str:
@@ -88,6 +102,6 @@ async def _follow(redis: Redis, queue: JobQueue, job_id: str, timeout_s: float =
                 line = f"  {kind:<10}" + (f" {extra:>4.0%} {stage}" if extra is not None else "")
                 print(line, flush=True)
                 if kind in TERMINAL:
-                    return kind
+                    return str(kind)
     print("timed out waiting for the job", file=sys.stderr)
     return "timeout"

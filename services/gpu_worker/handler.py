@@ -42,7 +42,7 @@ log = structlog.get_logger("splatq.gpu_worker")
 QUALITIES = ("preview", "full")
 
 
-class InputMissing(PermanentError):  # noqa: N818 - matches the error code
+class InputMissing(PermanentError):
     code = "INPUT_MISSING"
 
 
@@ -98,8 +98,12 @@ class GpuJobHandler:
         await asyncio.to_thread(self.model.load, self.device)
         for b in self.batchers.values():
             b.start()
-        log.info("gpu_worker.ready", device=str(self.device), model=self.model.version,
-                 max_batch=self.settings.batch_max_size)
+        log.info(
+            "gpu_worker.ready",
+            device=str(self.device),
+            model=self.model.version,
+            max_batch=self.settings.batch_max_size,
+        )
 
     async def shutdown(self) -> None:
         for b in self.batchers.values():
@@ -189,9 +193,7 @@ class GpuJobHandler:
     def _sample_device_memory(self) -> None:
         if self.metrics is not None and self.device.type == "cuda":
             self.metrics.device_memory_bytes.set(torch.cuda.memory_allocated(self.device))
-            self.metrics.device_memory_peak_bytes.set(
-                torch.cuda.max_memory_allocated(self.device)
-            )
+            self.metrics.device_memory_peak_bytes.set(torch.cuda.max_memory_allocated(self.device))
 
 
 def make(settings: Settings) -> GpuJobHandler:

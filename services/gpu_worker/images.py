@@ -17,7 +17,7 @@ from shared.errors import PermanentError
 MAX_INPUT_PIXELS = 40_000_000  # matches the gateway's decompression-bomb limit
 
 
-class InvalidImage(PermanentError):  # noqa: N818 - matches the error code
+class InvalidImage(PermanentError):
     code = "INVALID_IMAGE"
 
 
@@ -36,8 +36,13 @@ def decode_image(data: bytes, resolution: int) -> torch.Tensor:
                 image = probe.convert("RGBA")
     except InvalidImage:
         raise
-    except (OSError, ValueError, Image.DecompressionBombError, Image.DecompressionBombWarning,
-            SyntaxError) as exc:
+    except (
+        OSError,
+        ValueError,
+        Image.DecompressionBombError,
+        Image.DecompressionBombWarning,
+        SyntaxError,
+    ) as exc:
         raise InvalidImage(f"cannot decode the input image: {exc}") from exc
     if image.width == 0 or image.height == 0:
         raise InvalidImage("the input image is empty")

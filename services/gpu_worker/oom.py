@@ -19,7 +19,7 @@ R = TypeVar("R")
 CUDA_OUT_OF_MEMORY = "CUDA_OUT_OF_MEMORY"
 
 
-class DeviceOutOfMemory(PermanentError):  # noqa: N818 - matches the error code
+class DeviceOutOfMemory(PermanentError):
     code = CUDA_OUT_OF_MEMORY
 
 
@@ -46,11 +46,7 @@ def forward_with_oom_split(
     assert out_of_memory
     release()
     if len(items) == 1:
-        return [
-            DeviceOutOfMemory(
-                "the job does not fit in device memory even alone (batch of 1)"
-            )
-        ]
+        return [DeviceOutOfMemory("the job does not fit in device memory even alone (batch of 1)")]
     if on_split is not None:
         on_split(len(items))
     mid = len(items) // 2
