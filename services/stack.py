@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import signal
 import sys
 from collections.abc import Awaitable, Callable
@@ -18,7 +17,7 @@ import structlog
 
 from shared.logs import configure_logging
 from shared.redis_server import RedisServer, RedisServerError
-from shared.settings import Settings
+from shared.settings import Settings, process_environment
 
 log = structlog.get_logger("splatq.stack")
 DEFAULT_REDIS_PORT = 6390
@@ -42,7 +41,7 @@ async def run_stack(settings: Settings, then: AfterStart | None = None) -> int:
     """Run until Ctrl-C (or until `then` returns: its exit code ends the stack)."""
     configure_logging(settings.log_level, settings.log_format, "stack")
     redis: RedisServer | None = None
-    env = dict(os.environ)
+    env = process_environment()
     if settings.redis_url_is_default:
         redis = RedisServer(settings.data_dir / "redis", port=DEFAULT_REDIS_PORT)
         try:

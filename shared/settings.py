@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -238,6 +238,8 @@ class Settings:
         )
 
 
-def documented_variables() -> list[str]:
-    """Field names, for the docs check that every setting is described."""
-    return [f.name for f in fields(Settings)]
+def process_environment(**overrides: str) -> dict[str, str]:
+    """This process's environment plus `overrides`: what child services inherit."""
+    env = dict(os.environ)
+    env.update(overrides)
+    return env
