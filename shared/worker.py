@@ -245,13 +245,10 @@ class Worker:
                 await asyncio.sleep(0)
                 continue
             try:
-                got = await self._fetch_once()
+                await self._fetch_once()
             except REDIS_ERRORS as exc:
                 self.log.warning("fetch.redis_unavailable", error=str(exc))
                 await self._wait_or_stop(asyncio.sleep(0.5))
-                continue
-            if not got:
-                continue
 
     async def _wait_or_stop(self, aw: Awaitable[Any], timeout_s: float | None = None) -> None:
         waiter = asyncio.ensure_future(aw)
@@ -263,17 +260,19 @@ class Worker:
             f.cancel()
 
     async def _fetch_once(self) -> int:
-        """Reap, then take new work for the free slots; when there is none, wait."""
-        started = 0
+        """Reap, then take new work for the free slots; when there is none, wait.
+        Returns how many entries were consumed (started or disposed of)."""
+        consumed = 0
         for partition in self._partition_order():
             for stream in STREAMS:
                 capacity = self.pool.capacity(stream)
                 if capacity and self.reaper.is_due(partition, stream):
                     taken = await self.reaper.reap_stale_entries(partition, stream, capacity)
-                    started += await self._start(taken)
-            started += await self._take(partition)
-        if started or self._stopping.is_set():
-            return started
+                    consumed += len(taken)
+                    await self._start(taken)
+            consumed += await self._take(partition)
+        if consumed or self._stopping.is_set():
+            return consumed
         caps = self.pool.capacities()
         if not all(caps.values()):
             # A stream is saturated and the others have nothing to do. A blocking read on
@@ -298,20 +297,19 @@ class Worker:
         return list(self.partitions[k:] + self.partitions[:k])
 
     async def _take(self, partition: int) -> int:
-        """Read and start new entries for the free slots (take.lua: one round trip)."""
+        """Read and start new entries for the free slots (take.lua: one round trip); returns
+        how many entries it consumed, including duplicates and dead-lettered ones."""
         if not self.pool.has_capacity():
             return 0
         taken = await self.queue.take(
             partition, self.pool.guaranteed_counts(), self.pool.idle, self.consumer
         )
-        started = 0
         for t in taken:
             if self.metrics is not None:
                 self.metrics.deliveries.labels(t.entry.stream.value, t.outcome).inc()
             if t.outcome == "started" and t.job is not None:
                 self.pool.acquire(t.entry.stream)
                 self._launch(t.entry, t.token, t.job)
-                started += 1
             elif t.outcome == "corrupt":
                 await self._fail_unreadable(t.entry, t.token, t.detail)
             elif t.outcome == "raw":
@@ -321,7 +319,7 @@ class Worker:
                 )
             else:
                 self.log.info("entry.not_started", entry_id=t.entry.entry_id, outcome=t.outcome)
-        return started
+        return len(taken)
 
     async def _start(self, entries: list[StreamEntry]) -> int:
         """Lease and start delivered entries; malformed ones go to the dead-letter stream."""
