@@ -25,6 +25,7 @@ def _parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True)
     up = sub.add_parser("up", help="run the local stack in the foreground (Ctrl-C stops it)")
     up.add_argument("--data-dir", default=None, help="where var/redis lives (default ./var)")
+    sub.add_parser("gateway", help="run the REST gateway (SPLATQ_GATEWAY_PORT)")
     d = sub.add_parser("demo", help="run the stack, reconstruct the bundled sample, verify")
     d.add_argument("--quality", choices=["preview", "full"], default="preview")
     d.add_argument("--out", default="out", help="where the artifacts go (default ./out)")
@@ -55,6 +56,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         out = Path(args.out)
         return asyncio.run(run_stack(settings, lambda s: run_demo(s, out, args.quality)))
+    if args.command == "gateway":
+        from services.gateway.__main__ import main as gateway_main  # noqa: PLC0415
+
+        gateway_main()
+        return 0
     if args.command == "worker":
         return _worker(settings, args.handler, args.concurrency)
     return EXIT_USAGE

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import secrets
 import signal
 import sys
 from collections.abc import Awaitable, Callable
@@ -21,6 +22,7 @@ from shared.settings import Settings, process_environment
 
 log = structlog.get_logger("splatq.stack")
 DEFAULT_REDIS_PORT = 6390
+DEV_KEY_PREFIX = "sq_dev_"
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,7 +33,10 @@ class ServiceSpec:
 
 def services_to_run(settings: Settings) -> list[ServiceSpec]:
     """The services that exist so far; later issues add the gateway, dispatcher, redriver."""
-    return [ServiceSpec("worker", (sys.executable, "-m", "services.cli", "worker"))]
+    return [
+        ServiceSpec("gateway", (sys.executable, "-m", "services.cli", "gateway")),
+        ServiceSpec("worker", (sys.executable, "-m", "services.cli", "worker")),
+    ]
 
 
 AfterStart = Callable[[Settings], Awaitable[int]]
@@ -54,6 +59,10 @@ async def run_stack(settings: Settings, then: AfterStart | None = None) -> int:
     redis_url = env.get("SPLATQ_REDIS_URL", settings.redis_url)
     if not settings.storage_url:
         env["SPLATQ_STORAGE_URL"] = f"file://{settings.storage_root.resolve()}"
+    if not settings.api_keys:
+        # A development key for this stack only (printed below); production sets its own.
+        env["SPLATQ_API_KEYS"] = f"dev:{DEV_KEY_PREFIX}{secrets.token_urlsafe(18)}"
+    api_key = env.get("SPLATQ_API_KEYS", "").split(",")[0].partition(":")[2]
     child_settings = settings.with_overrides(
         redis_url=redis_url, storage_url=env["SPLATQ_STORAGE_URL"]
     )
@@ -62,7 +71,14 @@ async def run_stack(settings: Settings, then: AfterStart | None = None) -> int:
         for spec in services_to_run(settings):
             children[spec.name] = await asyncio.create_subprocess_exec(*spec.argv, env=env)
             log.info("service.started", service=spec.name, pid=children[spec.name].pid)
-        print(f"splatq is up. Redis: {redis_url}   (Ctrl-C stops everything)", flush=True)
+        gateway = settings.public_base_url
+        print(
+            f"splatq is up.\n  API:     {gateway}  (OpenAPI: {gateway}/openapi.json)\n"
+            f"  API key: {api_key}\n  Redis:   {redis_url}\n"
+            f"  try:     curl -H 'Authorization: Bearer {api_key}' -F image=@photo.png "
+            f"{gateway}/v1/jobs\n(Ctrl-C stops everything)",
+            flush=True,
+        )
         return await _supervise(children, then(child_settings) if then else None)
     finally:
         await _stop_children(children, settings.shutdown_grace_s + 5)

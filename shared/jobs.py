@@ -39,6 +39,9 @@ class JobSpec:
     # A logical key (e.g. sha256 of the normalised input + output-affecting params, or a
     # tenant's Idempotency-Key); identical keys yield one job while the claim lives.
     idempotency_key: str = ""
+    # Digest of the whole request (image + every param): tells a repeat with the same
+    # Idempotency-Key apart from a different request reusing the key.
+    request_fingerprint: str = ""
 
     @property
     def stream(self) -> StreamName:
@@ -61,6 +64,7 @@ class JobSpec:
             "webhook_url": self.webhook_url,
             "webhook_events": ",".join(self.webhook_events),
             "trace_id": self.trace_id,
+            "request_fingerprint": self.request_fingerprint,
         }
 
 
@@ -118,6 +122,7 @@ class JobRecord:
     entry_id: str
     claim_key: str
     version: str
+    request_fingerprint: str = ""
 
     @classmethod
     def from_hash(cls, raw: Mapping[str, str]) -> JobRecord:
@@ -158,6 +163,7 @@ class JobRecord:
             entry_id=raw.get("entry_id", ""),
             claim_key=raw.get("claim_key", ""),
             version=raw.get("v", ""),
+            request_fingerprint=raw.get("request_fingerprint", ""),
         )
 
 

@@ -50,6 +50,14 @@ class KeySchema:
     def job(self, job_id: str) -> str:
         return f"{self.tag(partition_of(job_id))}:job:{job_id}"
 
+    def job_events(self, job_id: str) -> str:
+        """The job's own event history (SSE replays it); written by the outbox helper."""
+        return f"{self.job(job_id)}:events"
+
+    def rate_limit(self, tenant: str) -> str:
+        """A tenant's token bucket: its own hash tag, so its one script has one slot."""
+        return f"{self.prefix}:{{rl:{tenant}}}:bucket"
+
     def lease(self, job_id: str) -> str:
         return f"{self.tag(partition_of(job_id))}:lease:{job_id}"
 

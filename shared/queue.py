@@ -44,6 +44,9 @@ class EnqueueResult:
     created: bool
     # For a duplicate: the claim's status (PENDING/PROCESSING/COMPLETED) of the existing job.
     claim_status: str = "PENDING"
+    # Refused because the stream partition already holds `max_backlog` entries.
+    overloaded: bool = False
+    backlog: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,8 +140,10 @@ class JobQueue:
 
     # -- producers ---------------------------------------------------------------------
 
-    async def enqueue(self, spec: JobSpec) -> EnqueueResult:
-        """Create the job and XADD it in one script; returns once Redis has it."""
+    async def enqueue(self, spec: JobSpec, max_backlog: int = 0) -> EnqueueResult:
+        """Create the job and XADD it in one script; returns once Redis has it. With
+        `max_backlog`, a stream partition holding that many entries refuses new work
+        (`overloaded`), while a repeat of a claimed key still gets its job."""
         stream = spec.stream
         if spec.idempotency_key:
             partition = self.keys.partition_for(spec.idempotency_key)
@@ -163,6 +168,7 @@ class JobQueue:
             self._claim_ttl_ms,
             EventType.QUEUED.value,
             events.queued_fields(spec.quality, stream.value),
+            max_backlog,
         ]
         for name, value in fields.items():
             args.extend((name, value))
@@ -173,6 +179,8 @@ class JobQueue:
             return EnqueueResult(job_id=reply[1], created=True)
         if outcome == "duplicate":
             return EnqueueResult(job_id=reply[1], created=False, claim_status=reply[2])
+        if outcome == "overloaded":
+            return EnqueueResult(job_id="", created=False, overloaded=True, backlog=int(reply[1]))
         raise RuntimeError(f"job id collision for {job_id}")
 
     async def claim(self, logical_key: str, job_id: str) -> ClaimResult:
@@ -193,6 +201,18 @@ class JobQueue:
             return None
         status, _, job_id = str(raw).partition(" ")
         return status, job_id
+
+    async def job_history(
+        self, job_id: str, after: str = "0-0", block_ms: int | None = None, count: int = 100
+    ) -> list[tuple[str, str, str]]:
+        """(entry id, event type, payload JSON) of the job's events after `after`."""
+        reply = await self.redis.xread(
+            {self.keys.job_events(job_id): after}, count=count, block=block_ms
+        )
+        out: list[tuple[str, str, str]] = []
+        for _, entries in reply or []:
+            out.extend((eid, f["type"], f["payload"]) for eid, f in entries)
+        return out
 
     async def get(self, job_id: str) -> JobRecord | None:
         raw: dict[str, str] = await self.redis.hgetall(self.keys.job(job_id))  # type: ignore[misc]
@@ -403,7 +423,8 @@ class JobQueue:
                 f.retry_delay_ms,
                 delayed_member(f.stream, f.job_id),
                 f.claim_status,
-                self._claim_ttl_ms,
+                # Jittered, so the cached results of a burst do not all expire together.
+                int(self._claim_ttl_ms * random.uniform(0.9, 1.0)),
                 "handoff" if f.handoff else "ack",
                 PARKING_CONSUMER,
                 self.settings.lease_ttl_ms + 1,
@@ -583,6 +604,20 @@ class JobQueue:
             _raise_on_error(reply)
             promoted += reply[0] == "promoted"
         return promoted
+
+    async def take_tokens(
+        self, tenant: str, rate_per_s: float, burst: int, cost: int = 1
+    ) -> tuple[bool, int]:
+        """Per-tenant token bucket: (allowed, retry_after_ms)."""
+        reply = await self.scripts.run(
+            ScriptCall(Script.RATE_LIMIT, [self.keys.rate_limit(tenant)], [rate_per_s, burst, cost])
+        )
+        _raise_on_error(reply)
+        return bool(reply[0]), int(reply[1])
+
+    async def backlog(self, partition: int, stream: StreamName) -> int:
+        """Entries in a stream partition (waiting + running: acked entries are deleted)."""
+        return int(await self.redis.xlen(self.keys.stream(partition, stream)))
 
     # -- operators and metrics -----------------------------------------------------------
 

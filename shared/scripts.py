@@ -34,6 +34,7 @@ class Script(StrEnum):
     CANCEL = "cancel"
     DEAD_LETTER_ENTRY = "dead_letter_entry"
     PRUNE_CONSUMERS = "prune_consumers"
+    RATE_LIMIT = "rate_limit"
 
 
 def _source(name: str) -> str:

@@ -84,6 +84,16 @@ class Settings:
     public_url: str = ""
     api_keys: Mapping[str, str] = field(default_factory=dict)
     gateway_port: int = 8080
+    gateway_host: str = "0.0.0.0"
+    max_upload_bytes: int = 20 * 1024 * 1024
+    max_image_pixels: int = 40_000_000
+    # Admission control: per-tenant token bucket, and per-stream-partition backlog limits
+    # beyond which submissions are refused (503) instead of queued forever.
+    rate_limit_per_s: float = 20.0
+    rate_limit_burst: int = 40
+    max_backlog_interactive: int = 10_000
+    max_backlog_synthesis: int = 2_000
+    sse_keepalive_s: float = 15.0
     data_dir: Path = Path("var")
 
     # Streams and partitions. The partition count is fixed per deployment (like Kafka
@@ -191,6 +201,18 @@ class Settings:
             public_url=e.get("SPLATQ_PUBLIC_URL", "").strip().rstrip("/"),
             api_keys=_api_keys(e.get("SPLATQ_API_KEYS", "")),
             gateway_port=_int(e, "SPLATQ_GATEWAY_PORT", d.gateway_port, 0),
+            gateway_host=e.get("SPLATQ_GATEWAY_HOST", "").strip() or d.gateway_host,
+            max_upload_bytes=_int(e, "SPLATQ_MAX_UPLOAD_BYTES", d.max_upload_bytes, 1024),
+            max_image_pixels=_int(e, "SPLATQ_MAX_IMAGE_PIXELS", d.max_image_pixels, 1),
+            rate_limit_per_s=_float(e, "SPLATQ_RATE_LIMIT_PER_S", d.rate_limit_per_s, 0.001, 1e6),
+            rate_limit_burst=_int(e, "SPLATQ_RATE_LIMIT_BURST", d.rate_limit_burst, 1),
+            max_backlog_interactive=_int(
+                e, "SPLATQ_MAX_BACKLOG_INTERACTIVE", d.max_backlog_interactive, 0
+            ),
+            max_backlog_synthesis=_int(
+                e, "SPLATQ_MAX_BACKLOG_SYNTHESIS", d.max_backlog_synthesis, 0
+            ),
+            sse_keepalive_s=_float(e, "SPLATQ_SSE_KEEPALIVE_S", d.sse_keepalive_s, 0.05, 300),
             data_dir=Path(e.get("SPLATQ_DATA_DIR", "").strip() or d.data_dir),
             partitions=_int(e, "SPLATQ_PARTITIONS", d.partitions, 1),
             worker_partitions=worker_parts,

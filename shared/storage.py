@@ -1,7 +1,7 @@
 """Object storage for inputs and artifacts: an async interface and its local-filesystem backend.
 
 Writes are staged under a temporary key and made visible by an atomic commit (rename), so a
-reader never sees a partial object. No job logic here; the S3 backend arrives with the gateway.
+reader never sees a partial object. No job logic here; the S3 backend is `shared.storage_s3`.
 """
 
 from __future__ import annotations
@@ -143,14 +143,28 @@ def _write_synced(path: Path, data: bytes) -> None:
         os.fsync(f.fileno())
 
 
-def open_storage(url: str, default_root: Path) -> Storage:
-    """`file:///abs/path` (or empty: `default_root`); `s3://` comes with the gateway."""
+def open_storage(url: str, default_root: Path, *, s3_endpoint_url: str = "") -> Storage:
+    """`file:///abs/path` (or empty: `default_root`), or `s3://bucket/prefix`.
+
+    S3 credentials and region come from the AWS config chain; `s3_endpoint_url` points at an
+    S3-compatible service (MinIO, moto). aiobotocore is imported only when S3 is asked for.
+    """
     if not url:
         return LocalFileStorage(default_root)
     parsed = urlparse(url)
     if parsed.scheme == "file":
         return LocalFileStorage(Path(parsed.path))
-    raise ValueError(f"unsupported SPLATQ_STORAGE_URL scheme {parsed.scheme!r} (use file://)")
+    if parsed.scheme == "s3":
+        if not parsed.netloc:
+            raise ValueError(f"SPLATQ_STORAGE_URL {url!r} names no bucket (s3://bucket/prefix)")
+        from shared.storage_s3 import S3Storage  # noqa: PLC0415 - keeps aiobotocore off local use
+
+        return S3Storage(
+            parsed.netloc, parsed.path.strip("/"), endpoint_url=s3_endpoint_url or None, region=None
+        )
+    raise ValueError(
+        f"unsupported SPLATQ_STORAGE_URL scheme {parsed.scheme!r} (use file:// or s3://)"
+    )
 
 
 def input_key(sha256_hex: str, extension: str) -> str:

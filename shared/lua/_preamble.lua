@@ -12,8 +12,14 @@ local function can_move(from, to)
   return row ~= nil and row[to] == true
 end
 
--- Append one event (the webhook/SSE payload) to the outbox stream. `extra` is a fragment of
--- JSON object members built by shared/events.py (already escaped), or ''.
+-- The job's own event history (what SSE replays): `<job key>:events`, a key derived from the
+-- declared job key by a suffix, so it carries the same {pN} tag and lives in the same slot.
+local JOB_EVENTS_MAXLEN = 1000
+local JOB_EVENTS_TTL_MS = 7 * 24 * 3600 * 1000
+
+-- Append one event (the webhook/SSE payload) to the outbox stream and to the job's history.
+-- `extra` is a fragment of JSON object members built by shared/events.py (already escaped),
+-- or ''.
 local function emit(events_key, maxlen, job_key, event_id, name, extra)
   local f = redis.call('HMGET', job_key, 'id', 'tenant', 'metadata', 'trace_id')
   local meta = f[3]
@@ -26,6 +32,10 @@ local function emit(events_key, maxlen, job_key, event_id, name, extra)
   redis.call('XADD', events_key, 'MAXLEN', '~', maxlen, '*',
     'event_id', event_id, 'type', name, 'job_id', f[1], 'tenant', f[2] or '',
     'trace_id', f[4] or '', 'payload', payload)
+  local history = job_key .. ':events'
+  redis.call('XADD', history, 'MAXLEN', '~', JOB_EVENTS_MAXLEN, '*', 'type', name,
+    'payload', payload)
+  redis.call('PEXPIRE', history, JOB_EVENTS_TTL_MS)
 end
 
 -- Acked entries are deleted at once: XACK alone leaves them in the stream forever.
@@ -43,10 +53,9 @@ local function set_claim(claim_key, job_id, status, ttl_ms)
   end
 end
 
--- Claim `claim_key` for `job_id` (PENDING) unless a live claim exists. A FAILED claim does not
--- block re-submission: a failed or canceled job must be re-submittable by the client.
--- Returns nil when claimed, else {status, holder_job_id}.
-local function try_claim(claim_key, job_id, ttl_ms)
+-- The live holder of a claim: {status, job_id}, or nil when the key is free. A FAILED claim
+-- counts as free: a failed or canceled job must be re-submittable by the client.
+local function claim_holder(claim_key)
   local cur = redis.call('GET', claim_key)
   if cur then
     local sp = string.find(cur, ' ', 1, true)
@@ -55,6 +64,14 @@ local function try_claim(claim_key, job_id, ttl_ms)
       return {status, string.sub(cur, sp + 1)}
     end
   end
+  return nil
+end
+
+-- Claim `claim_key` for `job_id` (PENDING) unless a live claim exists.
+-- Returns nil when claimed, else {status, holder_job_id}.
+local function try_claim(claim_key, job_id, ttl_ms)
+  local held = claim_holder(claim_key)
+  if held then return held end
   redis.call('SET', claim_key, 'PENDING ' .. job_id, 'PX', ttl_ms)
   return nil
 end

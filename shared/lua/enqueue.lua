@@ -2,22 +2,35 @@
 -- the `queued` event -- all or nothing.
 -- KEYS (one slot {pN}): 1 job hash, 2 work stream, 3 events stream, 4 claim key (optional)
 -- ARGV: 1 job_id, 2 event_id, 3 stream_maxlen, 4 events_maxlen, 5 claim_ttl_ms,
---       6 queued event name, 7 event extra JSON, 8.. field/value pairs for the job hash
+--       6 queued event name, 7 event extra JSON, 8 max backlog of this stream partition
+--       (0 = unbounded), 9.. field/value pairs for the job hash
 -- Returns {'created', job_id, entry_id} | {'duplicate', job_id, claim_status} |
---         {'exists', job_id}
+--         {'exists', job_id} | {'overloaded', backlog}
 local job_id = ARGV[1]
 if redis.call('EXISTS', KEYS[1]) == 1 then
   return {'exists', job_id}
 end
 if KEYS[4] then
-  local held = try_claim(KEYS[4], job_id, ARGV[5])
+  -- A repeat is answered with its job even when the queue is full.
+  local held = claim_holder(KEYS[4])
   if held then
     return {'duplicate', held[2], held[1]}
   end
 end
+local max_backlog = tonumber(ARGV[8])
+if max_backlog > 0 then
+  -- Acked entries are deleted, so XLEN is exactly the waiting + running work.
+  local backlog = redis.call('XLEN', KEYS[2])
+  if backlog >= max_backlog then
+    return {'overloaded', backlog}
+  end
+end
+if KEYS[4] then
+  redis.call('SET', KEYS[4], 'PENDING ' .. job_id, 'PX', ARGV[5])
+end
 local now = now_ms()
 local fields = {}
-for i = 8, #ARGV do fields[#fields + 1] = ARGV[i] end
+for i = 9, #ARGV do fields[#fields + 1] = ARGV[i] end
 redis.call('HSET', KEYS[1], unpack(fields))
 redis.call('HSET', KEYS[1], 'id', job_id, 'status', 'queued', 'attempts', 0,
   'deliveries', 0, 'progress', 0, 'stage', 'queued', 'created_at_ms', now,

@@ -1,0 +1,145 @@
+"""The aiohttp application: `create_app(settings)` wires Redis, storage, metrics and routes.
+
+Handlers only translate HTTP to engine calls (`JobQueue`, `Storage`); errors are `ApiError`s
+rendered once, as problem+json, by the middleware here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import secrets
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+
+import structlog
+from aiohttp import web
+from prometheus_client import REGISTRY, CollectorRegistry
+
+from services.gateway.metrics import GatewayMetrics
+from services.gateway.problems import ApiError, problem_response
+from shared.ids import new_trace_id
+from shared.metrics import EngineMetrics
+from shared.queue import JobQueue
+from shared.redis_client import connect
+from shared.settings import Settings
+from shared.storage import Storage, open_storage
+
+log = structlog.get_logger("splatq.gateway")
+
+SETTINGS = web.AppKey("settings", Settings)
+QUEUE = web.AppKey("queue", JobQueue)
+STORAGE = web.AppKey("storage", Storage)
+METRICS = web.AppKey("metrics", GatewayMetrics)
+REGISTRY_KEY = web.AppKey("registry", CollectorRegistry)
+TRACE_ID = web.RequestKey("trace_id", str)
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+_TRACEPARENT_LEN = 55
+
+
+def _trace_id(request: web.Request) -> str:
+    """W3C traceparent's trace id when the caller sent one, else a new one."""
+    tp = request.headers.get("traceparent", "")
+    if len(tp) == _TRACEPARENT_LEN and tp[2] == "-" and tp[35] == "-":
+        candidate = tp[3:35]
+        if all(c in "0123456789abcdef" for c in candidate) and candidate != "0" * 32:
+            return candidate
+    return new_trace_id()
+
+
+@web.middleware
+async def observe(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Request/trace ids on every response and log line; access log; problem+json errors."""
+    request_id = request.headers.get("X-Request-ID", "")[:128] or secrets.token_hex(8)
+    trace_id = _trace_id(request)
+    request[TRACE_ID] = trace_id
+    structlog.contextvars.bind_contextvars(request_id=request_id, trace_id=trace_id)
+    started = time.perf_counter()
+    resource = request.match_info.route.resource
+    route = resource.canonical if resource is not None else "unmatched"
+    try:
+        try:
+            response = await handler(request)
+        except ApiError as exc:
+            response = problem_response(exc)
+        except web.HTTPRequestEntityTooLarge:
+            response = problem_response(ApiError(413, "payload_too_large", "request too large"))
+        except web.HTTPNotFound:
+            response = problem_response(ApiError(404, "not_found", "no such resource"))
+        except web.HTTPMethodNotAllowed as exc:
+            response = problem_response(
+                ApiError(
+                    405,
+                    "method_not_allowed",
+                    f"{request.method} is not allowed here",
+                    {"Allow": ",".join(sorted(exc.allowed_methods))},
+                )
+            )
+        except web.HTTPException as exc:
+            response = problem_response(ApiError(exc.status, "http_error", exc.reason))
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("http.unhandled", path=request.path)
+            response = problem_response(ApiError(500, "internal_error", "unexpected error"))
+        if not response.prepared:
+            response.headers["X-Request-ID"] = request_id
+            response.headers["X-Trace-ID"] = trace_id
+        return response
+    finally:
+        elapsed = time.perf_counter() - started
+        status = getattr(locals().get("response"), "status", 500)
+        metrics = request.app[METRICS]
+        metrics.requests.labels(route, request.method, str(status)).inc()
+        metrics.latency.labels(route).observe(elapsed)
+        log.info(
+            "http.request",
+            method=request.method,
+            route=route,
+            status=status,
+            duration_ms=round(elapsed * 1000, 2),
+        )
+        structlog.contextvars.unbind_contextvars("request_id", "trace_id")
+
+
+def create_app(
+    settings: Settings,
+    storage: Storage | None = None,
+    registry: CollectorRegistry = REGISTRY,
+) -> web.Application:
+    """The gateway application; resources open in `cleanup_ctx` and close with the app."""
+    from services.gateway import routes  # noqa: PLC0415 - routes import this module's keys
+
+    app = web.Application(
+        middlewares=[observe],
+        client_max_size=settings.max_upload_bytes + 256 * 1024,
+    )
+    app[SETTINGS] = settings
+    app[METRICS] = GatewayMetrics.create(registry)
+    app[REGISTRY_KEY] = registry
+    app[STORAGE] = storage or open_storage(settings.storage_url, settings.storage_root)
+    engine_metrics = EngineMetrics.create(registry)
+
+    async def redis_ctx(app: web.Application) -> AsyncIterator[None]:
+        redis = connect(settings.redis_url, client_name="splatq-gateway", max_connections=256)
+        queue = JobQueue(redis, settings)
+        await queue.setup()
+        app[QUEUE] = queue
+        sampler = asyncio.create_task(_sample_queues(engine_metrics, queue))
+        yield
+        sampler.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await sampler
+        await redis.aclose()
+
+    app.cleanup_ctx.append(redis_ctx)
+    routes.add_routes(app)
+    return app
+
+
+async def _sample_queues(metrics: EngineMetrics, queue: JobQueue) -> None:
+    while True:
+        with contextlib.suppress(Exception):
+            await metrics.sample_queues(queue, tuple(range(queue.settings.partitions)))
+        await asyncio.sleep(5)

@@ -1,0 +1,353 @@
+"""The OpenAPI 3.1 description of the gateway's HTTP API (hand-written, served at
+/openapi.json); a test checks every route is described and a schemathesis run checks it is true.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from shared.events import EventType
+
+_PROBLEM_CODES = [
+    "invalid_request", "unauthorized", "not_found", "method_not_allowed", "already_finished",
+    "not_ready", "payload_too_large", "unsupported_media_type", "invalid_image",
+    "image_too_large", "idempotency_key_reused", "rate_limited", "overloaded",
+    "internal_error",
+]  # fmt: skip
+
+
+def _problem(description: str, headers: dict[str, Any] | None = None) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "description": description,
+        "content": {
+            "application/problem+json": {"schema": {"$ref": "#/components/schemas/Problem"}}
+        },
+    }
+    if headers:
+        out["headers"] = headers
+    return out
+
+
+_RETRY_AFTER = {"Retry-After": {"schema": {"type": "string"}, "description": "seconds"}}
+_JOB_ID = {
+    "name": "job_id", "in": "path", "required": True,
+    "schema": {"type": "string", "maxLength": 64},
+}  # fmt: skip
+_JOB = {"application/json": {"schema": {"$ref": "#/components/schemas/Job"}}}
+_COMMON = {
+    "401": _problem("missing or unknown API key"),
+    "404": _problem("no such job (or another tenant's)"),
+}
+
+
+def openapi_document(server_url: str) -> dict[str, Any]:
+    event_names = [e.value for e in EventType]
+    params_props: dict[str, Any] = {
+        "quality": {"type": "string", "enum": ["preview", "full"], "default": "full"},
+        "webhook_url": {"type": "string", "format": "uri", "maxLength": 2048},
+        "webhook_events": {"type": "array", "items": {"type": "string", "enum": event_names}},
+        "metadata": {"type": "object", "description": "at most 4 KB as JSON"},
+        "cache": {"type": "boolean", "default": True},
+    }
+    return {
+        "openapi": "3.1.0",
+        "info": {
+            "title": "splatq",
+            "version": "1",
+            "description": "Asynchronous image → 3D Gaussian Splatting jobs. Submit an image, "
+            "get a job id at once (202), follow it by polling, Server-Sent Events or webhooks.",
+        },
+        "servers": [{"url": server_url}],
+        "security": [{"bearer": []}],
+        "paths": {
+            "/v1/jobs": {
+                "post": {
+                    "operationId": "submitJob",
+                    "summary": "Submit an image for reconstruction",
+                    "parameters": [
+                        {
+                            "name": "Idempotency-Key",
+                            "in": "header",
+                            "required": False,
+                            "schema": {"type": "string", "minLength": 1, "maxLength": 255},
+                            "description": "same key + same request -> same job for 24 h; "
+                            "same key + different request -> 422 idempotency_key_reused",
+                        }
+                    ],
+                    "requestBody": {
+                        "required": True,
+                        "content": {
+                            "multipart/form-data": {
+                                "schema": {
+                                    "type": "object",
+                                    "required": ["image"],
+                                    "properties": {
+                                        "image": {"type": "string", "format": "binary"},
+                                        "params": {
+                                            "type": "string",
+                                            "description": "JSON object with the params",
+                                        },
+                                    },
+                                }
+                            },
+                            "application/json": {
+                                "schema": {
+                                    "type": "object",
+                                    "required": ["image"],
+                                    "additionalProperties": False,
+                                    "properties": {
+                                        "image": {
+                                            "type": "string",
+                                            "description": "base64 or a data: URL",
+                                        },
+                                        **params_props,
+                                    },
+                                }
+                            },
+                        },
+                    },
+                    "responses": {
+                        "202": {
+                            "description": "accepted (queued, or joined an identical "
+                            "in-flight job)",
+                            "content": _JOB,
+                            "headers": {"Location": {"schema": {"type": "string"}}},
+                        },
+                        "200": {
+                            "description": "an identical completed job (cached: true), "
+                            "or a repeat of a completed keyed request",
+                            "content": _JOB,
+                        },
+                        "400": _problem("invalid_request: bad JSON, unknown or invalid param"),
+                        "401": _problem("unauthorized"),
+                        "413": _problem("payload_too_large"),
+                        "415": _problem("unsupported_media_type"),
+                        "422": _problem("invalid_image, image_too_large or idempotency_key_reused"),
+                        "429": _problem("rate_limited", _RETRY_AFTER),
+                        "503": _problem("overloaded", _RETRY_AFTER),
+                    },
+                }
+            },
+            "/v1/jobs/{job_id}": {
+                "get": {
+                    "operationId": "getJob",
+                    "parameters": [_JOB_ID],
+                    "responses": {"200": {"description": "the job", "content": _JOB}, **_COMMON},
+                }
+            },
+            "/v1/jobs/{job_id}/cancel": {
+                "post": {
+                    "operationId": "cancelJob",
+                    "parameters": [_JOB_ID],
+                    "responses": {
+                        "202": {
+                            "description": "canceled, or processing until the worker stops",
+                            "content": _JOB,
+                        },
+                        "409": _problem("already_finished"),
+                        **_COMMON,
+                    },
+                }
+            },
+            "/v1/jobs/{job_id}/artifacts/{name}": {
+                "get": {
+                    "operationId": "getArtifact",
+                    "parameters": [
+                        _JOB_ID,
+                        {
+                            "name": "name",
+                            "in": "path",
+                            "required": True,
+                            "schema": {
+                                "type": "string",
+                                "enum": ["gaussian_ply", "splat", "rendered_preview"],
+                            },
+                        },
+                    ],
+                    "responses": {
+                        "200": {
+                            "description": "the artifact's bytes",
+                            "content": {
+                                "application/octet-stream": {
+                                    "schema": {"type": "string", "format": "binary"}
+                                },
+                                "image/png": {"schema": {"type": "string", "format": "binary"}},
+                            },
+                        },
+                        "302": {
+                            "description": "redirect to a presigned object-storage URL",
+                            "headers": {"Location": {"schema": {"type": "string"}}},
+                        },
+                        "409": _problem("not_ready: the job is not completed"),
+                        **_COMMON,
+                    },
+                }
+            },
+            "/v1/jobs/{job_id}/events": {
+                "get": {
+                    "operationId": "jobEvents",
+                    "description": "Server-Sent Events: `id:` (resume with Last-Event-ID), "
+                    "`event:` (an event name) and `data:` (the webhook payload). The stream "
+                    "ends after the terminal event; `: keep-alive` comments in between.",
+                    "parameters": [
+                        _JOB_ID,
+                        {
+                            "name": "Last-Event-ID",
+                            "in": "header",
+                            "required": False,
+                            "schema": {"type": "string", "pattern": "^[0-9]+-[0-9]+$"},
+                        },
+                    ],
+                    "responses": {
+                        "200": {
+                            "description": "event stream",
+                            "content": {"text/event-stream": {"schema": {"type": "string"}}},
+                        },
+                        "400": _problem("invalid_request: malformed Last-Event-ID"),
+                        **_COMMON,
+                    },
+                }
+            },
+            "/healthz": {
+                "get": {
+                    "operationId": "healthz",
+                    "security": [],
+                    "responses": {
+                        "200": {
+                            "description": "the process is alive",
+                            "content": {"application/json": {"schema": {"type": "object"}}},
+                        }
+                    },
+                }
+            },
+            "/readyz": {
+                "get": {
+                    "operationId": "readyz",
+                    "security": [],
+                    "responses": {
+                        "200": {
+                            "description": "Redis is reachable",
+                            "content": {"application/json": {"schema": {"type": "object"}}},
+                        },
+                        "503": _problem("not_ready"),
+                    },
+                }
+            },
+            "/metrics": {
+                "get": {
+                    "operationId": "metrics",
+                    "security": [],
+                    "responses": {
+                        "200": {
+                            "description": "Prometheus text format",
+                            "content": {"text/plain": {"schema": {"type": "string"}}},
+                        }
+                    },
+                }
+            },
+            "/openapi.json": {
+                "get": {
+                    "operationId": "openapi",
+                    "security": [],
+                    "responses": {
+                        "200": {
+                            "description": "this document",
+                            "content": {"application/json": {"schema": {"type": "object"}}},
+                        }
+                    },
+                }
+            },
+        },
+        "components": {
+            "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
+            "schemas": {
+                "Problem": {
+                    "type": "object",
+                    "required": ["type", "title", "status", "detail", "code"],
+                    "properties": {
+                        "type": {"type": "string"},
+                        "title": {"type": "string"},
+                        "status": {"type": "integer"},
+                        "detail": {"type": "string"},
+                        "code": {"type": "string", "enum": _PROBLEM_CODES},
+                    },
+                },
+                "Job": {
+                    "type": "object",
+                    "required": [
+                        "id",
+                        "status",
+                        "quality",
+                        "stream",
+                        "created_at",
+                        "attempts",
+                        "progress",
+                        "cached",
+                        "error",
+                        "artifacts",
+                        "metadata",
+                        "urls",
+                    ],
+                    "properties": {
+                        "id": {"type": "string", "pattern": "^job_[0-9]{3}[0-9A-Z]{26}$"},
+                        "status": {
+                            "type": "string",
+                            "enum": [
+                                "queued",
+                                "processing",
+                                "retrying",
+                                "completed",
+                                "failed",
+                                "canceled",
+                            ],
+                        },
+                        "quality": {"type": "string", "enum": ["preview", "full"]},
+                        "stream": {"type": "string", "enum": ["interactive", "synthesis"]},
+                        "created_at": {"type": "string", "format": "date-time"},
+                        "started_at": {"type": ["string", "null"], "format": "date-time"},
+                        "completed_at": {"type": ["string", "null"], "format": "date-time"},
+                        "attempts": {"type": "integer", "minimum": 0},
+                        "progress": {"type": "number", "minimum": 0, "maximum": 1},
+                        "stage": {"type": "string"},
+                        "cached": {"type": "boolean"},
+                        "model": {"type": ["string", "null"]},
+                        "compute_time_ms": {"type": ["integer", "null"]},
+                        "error": {
+                            "oneOf": [
+                                {"type": "null"},
+                                {
+                                    "type": "object",
+                                    "required": ["code", "message", "retryable"],
+                                    "properties": {
+                                        "code": {"type": "string"},
+                                        "message": {"type": "string"},
+                                        "retryable": {"type": "boolean"},
+                                    },
+                                },
+                            ]
+                        },
+                        "artifacts": {
+                            "oneOf": [
+                                {"type": "null"},
+                                {
+                                    "type": "object",
+                                    "properties": {
+                                        n: {"type": "string"}
+                                        for n in ("gaussian_ply", "splat", "rendered_preview")
+                                    },
+                                },
+                            ]
+                        },
+                        "metadata": {"type": "object"},
+                        "urls": {
+                            "type": "object",
+                            "required": ["get", "cancel", "events"],
+                            "properties": {
+                                k: {"type": "string"} for k in ("get", "cancel", "events")
+                            },
+                        },
+                    },
+                },
+            },
+        },
+    }

@@ -1,0 +1,326 @@
+"""The HTTP API of the public contract: submit, get, cancel, artifacts, events (SSE),
+health, metrics and the OpenAPI document.
+
+Handlers translate HTTP to engine calls and back; policy lives in `shared/` and `submission`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import math
+import re
+
+import orjson
+import structlog
+from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from services.gateway.app import METRICS, QUEUE, REGISTRY_KEY, SETTINGS, STORAGE, TRACE_ID
+from services.gateway.auth import authenticate
+from services.gateway.images import ImageRejected, ValidatedImage, validate_image
+from services.gateway.openapi import openapi_document
+from services.gateway.problems import ApiError, not_found
+from services.gateway.submission import Submission, idempotency_key, read_submission
+from services.gateway.views import job_view
+from shared.ids import is_job_id, partition_of
+from shared.jobs import QUALITY_STREAMS, JobRecord, JobSpec
+from shared.keys import StreamName
+from shared.queue import JobQueue
+from shared.storage import ObjectNotFound, artifact_key, input_key
+
+log = structlog.get_logger("splatq.gateway")
+
+ARTIFACTS = {
+    "gaussian_ply": ("scene.ply", "application/octet-stream"),
+    "splat": ("scene.splat", "application/octet-stream"),
+    "rendered_preview": ("preview.png", "image/png"),
+}
+TERMINAL_EVENTS = ("completed", "failed", "canceled")
+_STREAM_ID_RE = re.compile(r"^\d{1,20}-\d{1,20}$")
+OVERLOAD_RETRY_AFTER_S = 5
+
+
+def add_routes(app: web.Application) -> None:
+    app.router.add_post("/v1/jobs", submit_job)
+    app.router.add_get("/v1/jobs/{job_id}", get_job)
+    app.router.add_post("/v1/jobs/{job_id}/cancel", cancel_job)
+    app.router.add_get("/v1/jobs/{job_id}/artifacts/{name}", get_artifact)
+    app.router.add_get("/v1/jobs/{job_id}/events", job_events)
+    app.router.add_get("/healthz", healthz)
+    app.router.add_get("/readyz", readyz)
+    app.router.add_get("/metrics", metrics)
+    app.router.add_get("/openapi.json", openapi)
+
+
+def _json(body: object, status: int = 200, headers: dict[str, str] | None = None) -> web.Response:
+    return web.Response(
+        status=status, body=orjson.dumps(body), content_type="application/json", headers=headers
+    )
+
+
+async def _owned_job(request: web.Request, tenant: str) -> JobRecord:
+    """The job of the URL if it exists and belongs to `tenant`; else 404 (never 403)."""
+    job_id = request.match_info["job_id"]
+    if not is_job_id(job_id):
+        raise not_found()
+    queue = request.app[QUEUE]
+    if partition_of(job_id) >= queue.settings.partitions:
+        raise not_found()
+    job = await queue.get(job_id)
+    if job is None or job.tenant != tenant:
+        raise not_found()
+    return job
+
+
+# -- submit -------------------------------------------------------------------------------
+
+
+async def submit_job(request: web.Request) -> web.Response:
+    settings = request.app[SETTINGS]
+    queue = request.app[QUEUE]
+    counter = request.app[METRICS].submissions
+    tenant = authenticate(request, settings.api_keys)
+    allowed, retry_ms = await queue.take_tokens(
+        tenant, settings.rate_limit_per_s, settings.rate_limit_burst
+    )
+    if not allowed:
+        counter.labels("rate_limited").inc()
+        raise ApiError(
+            429,
+            "rate_limited",
+            "too many requests for this API key",
+            {"Retry-After": str(max(1, math.ceil(retry_ms / 1000)))},
+        )
+    idem_header = idempotency_key(request)
+    submission = await read_submission(request, settings.max_upload_bytes)
+    try:
+        image = await asyncio.to_thread(validate_image, submission.image, settings.max_image_pixels)
+    except ImageRejected as exc:
+        counter.labels(exc.code).inc()
+        raise ApiError(exc.status, exc.code, exc.detail) from None
+    params = submission.params
+    model_id = f"{settings.model}:{settings.model_checkpoint}"
+    content_key = _content_key(tenant, image, params.quality, model_id)
+
+    # A completed identical job is answered at once (cache), unless the client opted out.
+    if params.cache and idem_header:
+        cached = await _cached_job(queue, tenant, content_key)
+        if cached is not None:
+            counter.labels("cached").inc()
+            return _json(job_view(cached, settings.public_base_url, cached=True))
+
+    stream = QUALITY_STREAMS[params.quality]
+    if idem_header:
+        logical_key = f"idempotency:{tenant}:{idem_header}"
+    elif params.cache:
+        logical_key = content_key  # single-flight: identical submissions share one job
+    else:
+        logical_key = ""
+    spec = JobSpec(
+        tenant=tenant,
+        quality=params.quality,
+        params=params.canonical(),
+        metadata=params.metadata or {},
+        input_ref=input_key(image.sha256, image.extension),
+        input_sha256=image.sha256,
+        model=settings.model,
+        webhook_url=params.webhook_url,
+        webhook_events=params.webhook_events,
+        trace_id=request[TRACE_ID],
+        idempotency_key=logical_key,
+        request_fingerprint=submission.request_fingerprint(image.sha256),
+    )
+    return await _enqueue(request, queue, spec, submission, image, stream, bool(idem_header))
+
+
+def _content_key(tenant: str, image: ValidatedImage, quality: str, model_id: str) -> str:
+    digest = hashlib.sha256(f"{image.sha256}|{quality}|{model_id}".encode()).hexdigest()
+    return f"content:{tenant}:{digest}"
+
+
+async def _cached_job(queue: JobQueue, tenant: str, content_key: str) -> JobRecord | None:
+    claim = await queue.claim_status(content_key)
+    if claim is None or claim[0] != "COMPLETED":
+        return None
+    job = await queue.get(claim[1])
+    return job if job is not None and job.tenant == tenant and job.status == "completed" else None
+
+
+async def _enqueue(
+    request: web.Request,
+    queue: JobQueue,
+    spec: JobSpec,
+    submission: Submission,
+    image: ValidatedImage,
+    stream: StreamName,
+    keyed: bool,
+) -> web.Response:
+    settings = request.app[SETTINGS]
+    storage = request.app[STORAGE]
+    counter = request.app[METRICS].submissions
+    limit = (
+        settings.max_backlog_interactive
+        if stream == StreamName.INTERACTIVE
+        else settings.max_backlog_synthesis
+    )
+    # Store the input first: once the job is in the stream a worker may start it at once.
+    # Inputs are content-addressed, so a repeat or a concurrent twin writes the same object.
+    existed = await storage.exists(spec.input_ref)
+    if not existed:
+        await storage.put_bytes(spec.input_ref, submission.image)
+    result = await queue.enqueue(spec, max_backlog=limit)
+    if result.overloaded:
+        if not existed:
+            # Leave nothing behind for a refused request (a concurrent twin that needs the
+            # same object re-uploads it: content-addressed writes are idempotent).
+            await storage.delete(spec.input_ref)
+        counter.labels("overloaded").inc()
+        raise ApiError(
+            503,
+            "overloaded",
+            f"the {stream.value} queue is full ({result.backlog} jobs); retry later",
+            {"Retry-After": str(OVERLOAD_RETRY_AFTER_S)},
+        )
+    job = await queue.get(result.job_id)
+    if job is None:  # the claimed job expired between the claim and this read
+        raise ApiError(503, "overloaded", "retry the request", {"Retry-After": "1"})
+    base = settings.public_base_url
+    location = {"Location": f"/v1/jobs/{job.id}"}
+    if result.created:
+        counter.labels("created").inc()
+        log.info("job.submitted", job_id=job.id, stream=stream.value, quality=spec.quality)
+        return _json(job_view(job, base), 202, location)
+    if keyed and job.request_fingerprint != spec.request_fingerprint:
+        counter.labels("idempotency_key_reused").inc()
+        raise ApiError(
+            422, "idempotency_key_reused", "this Idempotency-Key was used with a different request"
+        )
+    if job.status == "completed":
+        counter.labels("cached").inc()
+        return _json(job_view(job, base, cached=not keyed), 200, location)
+    counter.labels("duplicate").inc()
+    return _json(job_view(job, base), 202, location)
+
+
+# -- read, cancel, artifacts --------------------------------------------------------------
+
+
+async def get_job(request: web.Request) -> web.Response:
+    tenant = authenticate(request, request.app[SETTINGS].api_keys)
+    job = await _owned_job(request, tenant)
+    return _json(job_view(job, request.app[SETTINGS].public_base_url))
+
+
+async def cancel_job(request: web.Request) -> web.Response:
+    tenant = authenticate(request, request.app[SETTINGS].api_keys)
+    job = await _owned_job(request, tenant)
+    queue = request.app[QUEUE]
+    outcome = await queue.cancel(job.id, tenant)
+    if outcome == "not_found":
+        raise not_found()
+    if outcome == "already_finished":
+        raise ApiError(409, "already_finished", f"the job is already {job.status.value}")
+    updated = await queue.get(job.id)
+    assert updated is not None
+    return _json(job_view(updated, request.app[SETTINGS].public_base_url), 202)
+
+
+async def get_artifact(request: web.Request) -> web.StreamResponse:
+    tenant = authenticate(request, request.app[SETTINGS].api_keys)
+    job = await _owned_job(request, tenant)
+    name = request.match_info["name"]
+    if name not in ARTIFACTS:
+        raise not_found("artifact")
+    if job.status != "completed":
+        raise ApiError(
+            409,
+            "not_ready",
+            f"the job is {job.status.value}; artifacts exist only for completed jobs",
+        )
+    filename, content_type = ARTIFACTS[name]
+    storage = request.app[STORAGE]
+    key = artifact_key(job.id, filename)
+    presign = getattr(storage, "presigned_get_url", None)
+    if presign is not None:
+        raise web.HTTPFound(location=presign(key, filename=filename))
+    path_of = getattr(storage, "path_of", None)
+    if path_of is not None:
+        path = path_of(key)
+        if not await asyncio.to_thread(path.is_file):
+            raise not_found("artifact")
+        return web.FileResponse(
+            path,
+            headers={
+                "Content-Type": content_type,
+                "Content-Disposition": f'attachment; filename="{job.id}-{filename}"',
+            },
+        )
+    try:
+        data = await storage.get_bytes(key)
+    except ObjectNotFound:
+        raise not_found("artifact") from None
+    return web.Response(body=data, content_type=content_type)
+
+
+# -- events (SSE) -------------------------------------------------------------------------
+
+
+async def job_events(request: web.Request) -> web.StreamResponse:
+    """The job's events as Server-Sent Events, resumable with Last-Event-ID; the stream ends
+    after the terminal event."""
+    settings = request.app[SETTINGS]
+    tenant = authenticate(request, settings.api_keys)
+    job = await _owned_job(request, tenant)
+    queue = request.app[QUEUE]
+    after = request.headers.get("Last-Event-ID") or request.query.get("last_event_id") or "0-0"
+    if not _STREAM_ID_RE.match(after):
+        raise ApiError(
+            400,
+            "invalid_request",
+            "Last-Event-ID must be an event id of this stream (as sent in the id: field)",
+        )
+    response = web.StreamResponse(
+        headers={
+            "Content-Type": "text/event-stream",
+            "Cache-Control": "no-cache",
+            "X-Accel-Buffering": "no",
+        }
+    )
+    await response.prepare(request)
+    block_ms = max(50, int(settings.sse_keepalive_s * 1000))
+    while True:
+        events = await queue.job_history(job.id, after, block_ms=block_ms)
+        if not events:
+            await response.write(b": keep-alive\n\n")
+            continue
+        for entry_id, kind, payload in events:
+            after = entry_id
+            await response.write(f"id: {entry_id}\nevent: {kind}\ndata: {payload}\n\n".encode())
+            if kind.rsplit(".", 1)[-1] in TERMINAL_EVENTS:
+                await response.write_eof()
+                return response
+
+
+# -- operations -----------------------------------------------------------------------------
+
+
+async def healthz(request: web.Request) -> web.Response:
+    return _json({"status": "ok"})
+
+
+async def readyz(request: web.Request) -> web.Response:
+    try:
+        await asyncio.wait_for(request.app[QUEUE].redis.ping(), timeout=2)  # type: ignore[arg-type]
+    except Exception as exc:
+        raise ApiError(503, "not_ready", f"redis unreachable: {type(exc).__name__}") from None
+    return _json({"status": "ready"})
+
+
+async def metrics(request: web.Request) -> web.Response:
+    body = generate_latest(request.app[REGISTRY_KEY])
+    return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+
+async def openapi(request: web.Request) -> web.Response:
+    return _json(openapi_document(request.app[SETTINGS].public_base_url))

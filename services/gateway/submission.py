@@ -1,0 +1,211 @@
+"""Parsing a job submission: multipart or JSON/base64 body, and the params schema.
+
+Pure translation of request bytes into a typed `Submission`; every problem becomes an
+`ApiError` naming the field. Image *content* checks live in `images`.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import re
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlsplit
+
+import orjson
+from aiohttp import BodyPartReader, web
+
+from services.gateway.problems import ApiError, invalid_request
+from shared.events import EventType
+
+PARAMS = frozenset({"quality", "webhook_url", "webhook_events", "metadata", "cache"})
+QUALITIES = ("preview", "full")
+MAX_METADATA_BYTES = 4096
+MAX_URL_LENGTH = 2048
+MAX_IDEMPOTENCY_KEY = 255
+_IDEMPOTENCY_KEY_RE = re.compile(r"^[\x21-\x7e]{1,255}$")  # visible ASCII, no spaces
+_DATA_URL_RE = re.compile(r"^data:([\w.+-]+/[\w.+-]+)?(;[\w-]+=[\w.-]+)*;base64,", re.ASCII)
+
+
+@dataclass(frozen=True, slots=True)
+class Params:
+    quality: str = "full"
+    webhook_url: str = ""
+    webhook_events: tuple[str, ...] = ()
+    metadata: dict[str, Any] | None = None
+    cache: bool = True
+
+    def canonical(self) -> dict[str, Any]:
+        return {
+            "quality": self.quality,
+            "webhook_url": self.webhook_url,
+            "webhook_events": sorted(self.webhook_events),
+            "metadata": self.metadata or {},
+            "cache": self.cache,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Submission:
+    image: bytes
+    params: Params
+
+    def request_fingerprint(self, image_sha256: str) -> str:
+        """Digest of everything the client asked for (Idempotency-Key reuse detection)."""
+        payload = orjson.dumps(
+            {"image": image_sha256, "params": self.params.canonical()},
+            option=orjson.OPT_SORT_KEYS,
+        )
+        return hashlib.sha256(payload).hexdigest()
+
+
+def parse_params(raw: Any) -> Params:
+    """Validate the params object; 400 `invalid_request` naming the offending field."""
+    if not isinstance(raw, dict):
+        raise invalid_request("params must be a JSON object")
+    unknown = sorted(set(raw) - PARAMS)
+    if unknown:
+        raise invalid_request(f"unknown param {unknown[0]!r} (allowed: {sorted(PARAMS)})")
+    quality = raw.get("quality", "full")
+    if quality not in QUALITIES:
+        raise invalid_request(f"quality must be one of {list(QUALITIES)}, got {quality!r}")
+    webhook_url = raw.get("webhook_url") or ""
+    if webhook_url:
+        _check_webhook_url(webhook_url)
+    events = raw.get("webhook_events", [])
+    names = {e.value for e in EventType}
+    if not isinstance(events, list) or not all(isinstance(e, str) for e in events):
+        raise invalid_request("webhook_events must be a list of event names")
+    bad = [e for e in events if e not in names]
+    if bad:
+        raise invalid_request(f"webhook_events has unknown event {bad[0]!r}")
+    metadata = raw.get("metadata", {})
+    if metadata is None:
+        metadata = {}
+    if not isinstance(metadata, dict):
+        raise invalid_request("metadata must be a JSON object")
+    if len(orjson.dumps(metadata)) > MAX_METADATA_BYTES:
+        raise invalid_request(f"metadata must be at most {MAX_METADATA_BYTES} bytes as JSON")
+    cache = raw.get("cache", True)
+    if not isinstance(cache, bool):
+        raise invalid_request("cache must be true or false")
+    return Params(quality, webhook_url, tuple(dict.fromkeys(events)), metadata, cache)
+
+
+def _check_webhook_url(url: Any) -> None:
+    if not isinstance(url, str) or len(url) > MAX_URL_LENGTH:
+        raise invalid_request(f"webhook_url must be a URL of at most {MAX_URL_LENGTH} chars")
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        raise invalid_request("webhook_url is not a valid URL") from None
+    if parts.scheme not in {"http", "https"} or not parts.hostname:
+        raise invalid_request("webhook_url must be an http(s) URL with a host")
+    if parts.username or parts.password:
+        raise invalid_request("webhook_url must not carry credentials")
+
+
+def idempotency_key(request: web.Request) -> str:
+    key = request.headers.get("Idempotency-Key", "")
+    if key and not _IDEMPOTENCY_KEY_RE.match(key):
+        raise invalid_request(
+            f"Idempotency-Key must be 1-{MAX_IDEMPOTENCY_KEY} visible ASCII characters"
+        )
+    return key
+
+
+async def read_submission(request: web.Request, max_bytes: int) -> Submission:
+    """Read a multipart or JSON submission, never more than `max_bytes` of body."""
+    declared = request.content_length
+    if declared is not None and declared > max_bytes:
+        raise _too_large(max_bytes)
+    ctype = request.content_type
+    if ctype == "multipart/form-data":
+        return await _read_multipart(request, max_bytes)
+    if ctype == "application/json":
+        body = await _read_capped(request, max_bytes)
+        try:
+            doc = orjson.loads(body)
+        except orjson.JSONDecodeError as exc:
+            raise invalid_request(f"body is not valid JSON: {exc}") from None
+        if not isinstance(doc, dict):
+            raise invalid_request("body must be a JSON object")
+        image = doc.pop("image", None)
+        if not isinstance(image, str) or not image:
+            raise invalid_request("image must be a base64 string or a data: URL")
+        return Submission(_decode_base64_image(image), parse_params(doc))
+    raise ApiError(
+        415, "unsupported_media_type",
+        f"Content-Type must be multipart/form-data or application/json, got {ctype!r}",
+    )  # fmt: skip
+
+
+async def _read_capped(request: web.Request, max_bytes: int) -> bytes:
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.content.iter_chunked(64 * 1024):
+        size += len(chunk)
+        if size > max_bytes:
+            raise _too_large(max_bytes)
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+async def _read_multipart(request: web.Request, max_bytes: int) -> Submission:
+    try:
+        reader = await request.multipart()
+    except (ValueError, AssertionError) as exc:
+        raise invalid_request(f"malformed multipart body: {exc}") from None
+    image: bytes | None = None
+    params: Params | None = None
+    size = 0
+    while True:
+        try:
+            part = await reader.next()
+        except ValueError as exc:
+            raise invalid_request(f"malformed multipart body: {exc}") from None
+        if part is None:
+            break
+        if not isinstance(part, BodyPartReader):
+            raise invalid_request("nested multipart bodies are not accepted")
+        name = part.name
+        if name not in {"image", "params"}:
+            raise invalid_request(f"unknown multipart part {name!r} (expected image, params)")
+        data = await _read_part(part, max_bytes - size, max_bytes)
+        size += len(data)
+        if name == "image":
+            if image is not None:
+                raise invalid_request("more than one image part")
+            image = bytes(data)
+        else:
+            try:
+                params = parse_params(orjson.loads(bytes(data)) if data else {})
+            except orjson.JSONDecodeError as exc:
+                raise invalid_request(f"params part is not valid JSON: {exc}") from None
+    if image is None:
+        raise invalid_request("missing multipart part 'image'")
+    return Submission(image, params or Params())
+
+
+async def _read_part(part: BodyPartReader, budget: int, max_bytes: int) -> bytes:
+    data = bytearray()
+    while chunk := await part.read_chunk(64 * 1024):
+        data.extend(chunk)
+        if len(data) > budget:
+            raise _too_large(max_bytes)
+    return bytes(data)
+
+
+def _decode_base64_image(value: str) -> bytes:
+    match = _DATA_URL_RE.match(value)
+    payload = value[match.end() :] if match else value
+    try:
+        return base64.b64decode(payload, validate=True)
+    except (binascii.Error, ValueError):
+        raise invalid_request("image is not valid base64") from None
+
+
+def _too_large(max_bytes: int) -> ApiError:
+    return ApiError(413, "payload_too_large", f"the request body exceeds {max_bytes} bytes")

@@ -1,0 +1,48 @@
+"""The job as the API shows it (the contract's job object), built from a `JobRecord`.
+
+Pure formatting; no I/O.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from shared.jobs import JobRecord
+
+
+def rfc3339(ms: int | None) -> str | None:
+    if not ms:
+        return None
+    return (
+        datetime.fromtimestamp(ms / 1000, UTC)
+        .isoformat(timespec="milliseconds")
+        .replace("+00:00", "Z")
+    )
+
+
+def job_view(job: JobRecord, base_url: str, cached: bool = False) -> dict[str, Any]:
+    url = f"{base_url}/v1/jobs/{job.id}"
+    return {
+        "id": job.id,
+        "status": job.status.value,
+        "quality": job.quality,
+        "stream": job.stream.value,
+        "created_at": rfc3339(job.created_at_ms),
+        "started_at": rfc3339(job.started_at_ms),
+        "completed_at": rfc3339(job.completed_at_ms),
+        "attempts": job.attempts,
+        "progress": round(job.progress, 4),
+        "stage": job.stage,
+        "cached": cached,
+        "model": job.model or None,
+        "compute_time_ms": job.compute_time_ms,
+        "error": (
+            {"code": job.error.code, "message": job.error.message, "retryable": job.error.retryable}
+            if job.error and job.status.value in {"failed", "retrying"}
+            else None
+        ),
+        "artifacts": dict(job.artifacts) if job.artifacts and job.status == "completed" else None,
+        "metadata": dict(job.metadata),
+        "urls": {"get": url, "cancel": f"{url}/cancel", "events": f"{url}/events"},
+    }

@@ -1,0 +1,1 @@
+"""Gateway tests: upload validation against a generated image corpus (pure, no HTTP)."""
