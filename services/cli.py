@@ -8,9 +8,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from services.client_cli import add_commands, run_client_command
 from services.stack import run_stack
 from shared.settings import Settings, SettingsError
 from shared.worker import load_handler_factory
@@ -26,6 +27,7 @@ def _parser() -> argparse.ArgumentParser:
     up = sub.add_parser("up", help="run the local stack in the foreground (Ctrl-C stops it)")
     up.add_argument("--data-dir", default=None, help="where var/redis lives (default ./var)")
     sub.add_parser("gateway", help="run the REST gateway (SPLATQ_GATEWAY_PORT)")
+    add_commands(sub)
     d = sub.add_parser("demo", help="run the stack, reconstruct the bundled sample, verify")
     d.add_argument("--quality", choices=["preview", "full"], default="preview")
     d.add_argument("--out", default="out", help="where the artifacts go (default ./out)")
@@ -47,23 +49,35 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SettingsError as exc:
         print(f"splatq: configuration error: {exc}", file=sys.stderr)
         return EXIT_CONFIG
-    if args.command == "up":
-        if args.data_dir:
-            settings = settings.with_overrides(data_dir=Path(args.data_dir))
-        return asyncio.run(run_stack(settings))
-    if args.command == "demo":
-        from services.gpu_worker.demo import run_demo  # noqa: PLC0415 - torch import is slow
+    if args.command in {"submit", "status", "cancel"}:
+        return run_client_command(args, settings)
+    commands: dict[str, Callable[[argparse.Namespace, Settings], int]] = {
+        "up": _up,
+        "demo": _demo,
+        "gateway": _gateway,
+        "worker": lambda a, s: _worker(s, a.handler, a.concurrency),
+    }
+    return commands[args.command](args, settings) if args.command in commands else EXIT_USAGE
 
-        out = Path(args.out)
-        return asyncio.run(run_stack(settings, lambda s: run_demo(s, out, args.quality)))
-    if args.command == "gateway":
-        from services.gateway.__main__ import main as gateway_main  # noqa: PLC0415
 
-        gateway_main()
-        return 0
-    if args.command == "worker":
-        return _worker(settings, args.handler, args.concurrency)
-    return EXIT_USAGE
+def _up(args: argparse.Namespace, settings: Settings) -> int:
+    if args.data_dir:
+        settings = settings.with_overrides(data_dir=Path(args.data_dir))
+    return asyncio.run(run_stack(settings))
+
+
+def _demo(args: argparse.Namespace, settings: Settings) -> int:
+    from services.gpu_worker.demo import run_demo  # noqa: PLC0415 - torch import is slow
+
+    out = Path(args.out)
+    return asyncio.run(run_stack(settings, lambda s: run_demo(s, out, args.quality)))
+
+
+def _gateway(args: argparse.Namespace, settings: Settings) -> int:
+    from services.gateway.__main__ import main as gateway_main  # noqa: PLC0415
+
+    gateway_main()
+    return 0
 
 
 def _worker(settings: Settings, handler: str | None, concurrency: int | None) -> int:

@@ -94,6 +94,9 @@ class Settings:
     max_backlog_interactive: int = 10_000
     max_backlog_synthesis: int = 2_000
     sse_keepalive_s: float = 15.0
+    # What the `splatq submit|status|cancel` client commands talk to.
+    api_url: str = ""
+    api_key: str = ""
     data_dir: Path = Path("var")
 
     # Streams and partitions. The partition count is fixed per deployment (like Kafka
@@ -212,6 +215,8 @@ class Settings:
             max_backlog_synthesis=_int(
                 e, "SPLATQ_MAX_BACKLOG_SYNTHESIS", d.max_backlog_synthesis, 0
             ),
+            api_url=e.get("SPLATQ_API_URL", "").strip().rstrip("/"),
+            api_key=e.get("SPLATQ_API_KEY", "").strip(),
             sse_keepalive_s=_float(e, "SPLATQ_SSE_KEEPALIVE_S", d.sse_keepalive_s, 0.05, 300),
             data_dir=Path(e.get("SPLATQ_DATA_DIR", "").strip() or d.data_dir),
             partitions=_int(e, "SPLATQ_PARTITIONS", d.partitions, 1),

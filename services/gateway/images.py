@@ -1,6 +1,6 @@
 """Validating an uploaded image before the gateway stores it and enqueues a job.
 
-Pure: bytes in, a ValidatedImage or an ImageRejected out; no I/O, no Pillow globals changed.
+Pure validation, bytes in and a verdict out: it must do no I/O and change no Pillow global.
 """
 
 from __future__ import annotations

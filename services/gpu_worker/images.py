@@ -6,7 +6,6 @@ Pure (bytes in, tensor out); corrupt or hostile input raises a PermanentError wi
 from __future__ import annotations
 
 import io
-import warnings
 
 import numpy as np
 import torch
@@ -25,24 +24,18 @@ def decode_image(data: bytes, resolution: int) -> torch.Tensor:
     """[4, R, R] float32 RGBA in [0, 1]: fitted into the square, aspect kept, padded with
     transparency (or with the border colour when the image has no alpha, so background
     segmentation by border colour still works)."""
+    # No warnings.catch_warnings() here: it swaps process-wide filters and decodes run in
+    # several threads at once. The explicit size check below bounds memory instead.
     try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("error", Image.DecompressionBombWarning)
-            with Image.open(io.BytesIO(data)) as probe:
-                if probe.width * probe.height > MAX_INPUT_PIXELS:
-                    raise InvalidImage(f"image of {probe.width}x{probe.height} is too large")
-                probe.load()
-                has_alpha = probe.mode in {"RGBA", "LA", "PA"} or "transparency" in probe.info
-                image = probe.convert("RGBA")
+        with Image.open(io.BytesIO(data)) as probe:
+            if probe.width * probe.height > MAX_INPUT_PIXELS:
+                raise InvalidImage(f"image of {probe.width}x{probe.height} is too large")
+            probe.load()
+            has_alpha = probe.mode in {"RGBA", "LA", "PA"} or "transparency" in probe.info
+            image = probe.convert("RGBA")
     except InvalidImage:
         raise
-    except (
-        OSError,
-        ValueError,
-        Image.DecompressionBombError,
-        Image.DecompressionBombWarning,
-        SyntaxError,
-    ) as exc:
+    except Exception as exc:  # Pillow raises many types (OSError, SyntaxError, KeyError...)
         raise InvalidImage(f"cannot decode the input image: {exc}") from exc
     if image.width == 0 or image.height == 0:
         raise InvalidImage("the input image is empty")

@@ -1,1 +1,1 @@
-"""Gateway tests: upload validation against a generated image corpus (pure, no HTTP)."""
+"""Tests of the REST gateway, its upload validation and the generated image corpus."""

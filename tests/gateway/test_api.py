@@ -45,7 +45,10 @@ async def problem(resp: Any, status: int, code: str) -> dict[str, Any]:
     assert resp.content_type == "application/problem+json"
     body = await resp.json(content_type=None)
     assert body["code"] == code
-    assert body["status"] == status and body["title"] and body["detail"] and body["type"]
+    assert body["status"] == status
+    assert body["title"]
+    assert body["detail"]
+    assert body["type"]
     return dict(body)
 
 
@@ -61,10 +64,15 @@ async def test_multipart_submission_is_accepted_with_location(
     assert resp.status == 202
     job = await resp.json()
     assert resp.headers["Location"] == f"/v1/jobs/{job['id']}"
-    assert resp.headers["X-Request-ID"] and len(resp.headers["X-Trace-ID"]) == 32
-    assert job["status"] == "queued" and job["quality"] == "preview"
-    assert job["stream"] == "interactive" and job["metadata"] == {"order": 7}
-    assert job["cached"] is False and job["error"] is None and job["artifacts"] is None
+    assert resp.headers["X-Request-ID"]
+    assert len(resp.headers["X-Trace-ID"]) == 32
+    assert job["status"] == "queued"
+    assert job["quality"] == "preview"
+    assert job["stream"] == "interactive"
+    assert job["metadata"] == {"order": 7}
+    assert job["cached"] is False
+    assert job["error"] is None
+    assert job["artifacts"] is None
     assert job["urls"]["get"] == f"http://gateway.test/v1/jobs/{job['id']}"
     assert len(list((storage.root / "inputs").rglob("*.png"))) == 1
 
@@ -318,7 +326,8 @@ async def test_health_ready_metrics_openapi(client: Client) -> None:
     assert (await client.get("/healthz")).status == 200
     assert (await client.get("/readyz")).status == 200
     text = await (await client.get("/metrics")).text()
-    assert "splatq_http_requests_total" in text and "splatq_queue_depth" in text
+    assert "splatq_http_requests_total" in text
+    assert "splatq_queue_depth" in text
     doc = await (await client.get("/openapi.json")).json()
     assert doc["openapi"].startswith("3.1")
     routes = {r.resource.canonical for r in client.app.router.routes()}  # type: ignore[union-attr]
@@ -364,7 +373,8 @@ async def test_events_stream_replays_and_resumes_after_last_event_id(
     assert kinds[0] == "3d_reconstruction.queued"
     assert kinds[-1] == "3d_reconstruction.completed"
     payload = orjson.loads(messages[-1]["data"])
-    assert payload["event"] == kinds[-1] and payload["data"]["job_id"] == job["id"]
+    assert payload["event"] == kinds[-1]
+    assert payload["data"]["job_id"] == job["id"]
     resumed = await client.get(
         f"/v1/jobs/{job['id']}/events", headers={**AUTH_A, "Last-Event-ID": messages[0]["id"]}
     )

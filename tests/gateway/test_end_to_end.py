@@ -46,7 +46,8 @@ async def test_submit_follow_and_download_artifacts(
         await start_worker(handler)
         await wait_for_status(queue, job_id, {"completed"}, timeout_s=60)
         job = await (await client.get(f"/v1/jobs/{job_id}", headers=AUTH_A)).json()
-        assert job["status"] == "completed" and job["progress"] == 1.0
+        assert job["status"] == "completed"
+        assert job["progress"] == 1.0
         assert job["model"] == "builtin-silhouette-inflation@1"
         assert isinstance(job["compute_time_ms"], int)
         assert set(job["artifacts"]) == {"gaussian_ply", "splat", "rendered_preview"}
