@@ -64,7 +64,9 @@ async def run_stack(settings: Settings, then: AfterStart | None = None) -> int:
         env["SPLATQ_API_KEYS"] = f"dev:{DEV_KEY_PREFIX}{secrets.token_urlsafe(18)}"
     api_key = env.get("SPLATQ_API_KEYS", "").split(",")[0].partition(":")[2]
     child_settings = settings.with_overrides(
-        redis_url=redis_url, storage_url=env["SPLATQ_STORAGE_URL"]
+        redis_url=redis_url,
+        storage_url=env["SPLATQ_STORAGE_URL"],
+        api_keys={api_key: "dev"} if api_key else settings.api_keys,
     )
     children: dict[str, asyncio.subprocess.Process] = {}
     try:

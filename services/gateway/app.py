@@ -77,6 +77,8 @@ async def observe(request: web.Request, handler: Handler) -> web.StreamResponse:
                 )
             )
         except web.HTTPException as exc:
+            if exc.status < 400:
+                raise  # redirects and the like are not errors
             response = problem_response(ApiError(exc.status, "http_error", exc.reason))
         except asyncio.CancelledError:
             raise
@@ -118,7 +120,9 @@ def create_app(
     app[SETTINGS] = settings
     app[METRICS] = GatewayMetrics.create(registry)
     app[REGISTRY_KEY] = registry
-    app[STORAGE] = storage or open_storage(settings.storage_url, settings.storage_root)
+    app[STORAGE] = storage or open_storage(
+        settings.storage_url, settings.storage_root, s3_endpoint_url=settings.s3_endpoint_url
+    )
     engine_metrics = EngineMetrics.create(registry)
 
     async def redis_ctx(app: web.Application) -> AsyncIterator[None]:
@@ -132,6 +136,9 @@ def create_app(
         with contextlib.suppress(asyncio.CancelledError):
             await sampler
         await redis.aclose()
+        close = getattr(app[STORAGE], "close", None)
+        if close is not None:
+            await close()
 
     app.cleanup_ctx.append(redis_ctx)
     routes.add_routes(app)

@@ -243,7 +243,7 @@ async def get_artifact(request: web.Request) -> web.StreamResponse:
     key = artifact_key(job.id, filename)
     presign = getattr(storage, "presigned_get_url", None)
     if presign is not None:
-        raise web.HTTPFound(location=presign(key, filename=filename))
+        return web.Response(status=302, headers={"Location": await presign(key, filename=filename)})
     path_of = getattr(storage, "path_of", None)
     if path_of is not None:
         path = path_of(key)

@@ -108,6 +108,9 @@ class GpuJobHandler:
     async def shutdown(self) -> None:
         for b in self.batchers.values():
             await b.stop()
+        close = getattr(self.storage, "close", None)
+        if close is not None:
+            await close()
 
     # -- the job ------------------------------------------------------------------------
 
@@ -199,5 +202,7 @@ class GpuJobHandler:
 def make(settings: Settings) -> GpuJobHandler:
     """Handler factory for `splatq worker` (the default handler)."""
     model = load_model(settings.model, settings.model_checkpoint)
-    storage = open_storage(settings.storage_url, settings.storage_root)
+    storage = open_storage(
+        settings.storage_url, settings.storage_root, s3_endpoint_url=settings.s3_endpoint_url
+    )
     return GpuJobHandler(settings, model, storage, GpuMetrics.create())
