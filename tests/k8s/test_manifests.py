@@ -1,14 +1,20 @@
 """The k8s/ manifests, alert rules and dashboard agree with the code: they parse, name only
-real settings and metrics, and keep the worker's shutdown and wiring consistent.
+real settings, metrics and HTTP routes, and keep shutdown, ports, probes and labels of the
+worker and the gateway consistent.
 
-Pure file checks: no cluster, kubectl or network.
+File checks: no cluster, kubectl or network. Where `promtool` is installed, the alert
+expressions and dashboard queries are also parsed by it and the gateway/GPU alerts are
+exercised with `promtool test rules` (tests/k8s/alerts.promtool.yaml); otherwise those skip.
 """
 
 from __future__ import annotations
 
 import json
 import re
+import shutil
+import subprocess
 from collections.abc import Iterator
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +23,10 @@ import yaml
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 import shared.settings
+from services.gateway.app import create_app
+from services.gateway.metrics import GatewayMetrics
+from services.gpu_worker.metrics import GpuMetrics
+from services.gpu_worker.oom import CUDA_OUT_OF_MEMORY
 from shared.keys import STREAMS, KeySchema
 from shared.metrics import EngineMetrics
 from shared.settings import Settings
@@ -27,11 +37,17 @@ BASE = K8S / "base"
 CONFIGMAP = BASE / "configmap.yaml"
 SECRET_EXAMPLE = BASE / "secret.example.yaml"
 WORKER = BASE / "worker-deployment.yaml"
+GATEWAY = BASE / "gateway-deployment.yaml"
+GATEWAY_SERVICE = BASE / "gateway-service.yaml"
 PODMONITOR = BASE / "podmonitor.yaml"
 GPU_PATCH = K8S / "overlays" / "gpu" / "worker-gpu-patch.yaml"
 KEDA = K8S / "autoscaling" / "keda-scaledobject.yaml"
 RULES = K8S / "monitoring" / "prometheusrule.yaml"
 DASHBOARD = K8S / "monitoring" / "grafana-dashboard.json"
+OPERATIONS_DOC = REPO_ROOT / "docs" / "operations.md"
+PROMTOOL_TESTS = Path(__file__).with_name("alerts.promtool.yaml")
+DEPLOYMENTS = (WORKER, GATEWAY)
+PROMTOOL = shutil.which("promtool")
 
 YAML_FILES = sorted(p for p in K8S.rglob("*") if p.suffix in {".yaml", ".yml"})
 DS_VARIABLE = "${DS_PROMETHEUS}"
@@ -45,6 +61,9 @@ RUNBOOK_ANCHORS = {
     "backlog",
     "retry-storm",
     "workers-down",
+    "gateway-errors",
+    "gateway-latency",
+    "gpu-oom",
 }
 REQUIRED_ALERTS = {
     "SplatqStreamEntriesLost",
@@ -54,6 +73,18 @@ REQUIRED_ALERTS = {
     "SplatqQueueBacklogHigh",
     "SplatqRetryStorm",
     "SplatqWorkersDown",
+    "SplatqGatewayErrors",
+    "SplatqGatewaySlow",
+    "SplatqGpuOutOfMemory",
+}
+# Non-secret AWS SDK variables the ConfigMap may carry besides SPLATQ_* settings.
+AWS_SDK_SETTINGS = {"AWS_REGION", "AWS_DEFAULT_REGION"}
+# Grafana's variables, replaced by plain PromQL to let promtool parse the dashboard queries.
+GRAFANA_VARIABLES = {
+    "$__rate_interval": "5m",
+    "$namespace": ".*",
+    "$stream": ".*",
+    "$partition": ".*",
 }
 # Sample names prometheus_client exposes per metric type (the family name drops `_total`).
 SAMPLE_SUFFIXES = {
@@ -85,11 +116,86 @@ def secret_example_data() -> dict[str, Any]:
     return data
 
 
-def worker_container() -> dict[str, Any]:
-    spec = only_doc(WORKER, "Deployment")["spec"]["template"]["spec"]
-    containers = {c["name"]: c for c in spec["containers"]}
-    container: dict[str, Any] = containers["worker"]
+def pod_spec(path: Path) -> dict[str, Any]:
+    spec: dict[str, Any] = only_doc(path, "Deployment")["spec"]["template"]["spec"]
+    return spec
+
+
+def pod_labels(path: Path) -> dict[str, str]:
+    labels: dict[str, str] = only_doc(path, "Deployment")["spec"]["template"]["metadata"]["labels"]
+    return labels
+
+
+def container_of(path: Path, name: str) -> dict[str, Any]:
+    containers = {c["name"]: c for c in pod_spec(path)["containers"]}
+    container: dict[str, Any] = containers[name]
     return container
+
+
+def worker_container() -> dict[str, Any]:
+    return container_of(WORKER, "worker")
+
+
+def gateway_container() -> dict[str, Any]:
+    return container_of(GATEWAY, "gateway")
+
+
+def port_names(path: Path) -> set[str]:
+    return {p["name"] for c in pod_spec(path)["containers"] for p in c.get("ports", [])}
+
+
+def pre_stop_seconds(container: dict[str, Any]) -> int:
+    """Seconds the container's preStop hook sleeps (`sleep` action or `exec: sleep N`)."""
+    hook = (container.get("lifecycle") or {}).get("preStop") or {}
+    if "sleep" in hook:
+        return int(hook["sleep"]["seconds"])
+    command = (hook.get("exec") or {}).get("command") or []
+    if command and command[0] in {"sleep", "/bin/sleep"}:
+        return int(command[1])
+    return 0
+
+
+def configured_settings() -> Settings:
+    """The settings every splatq pod starts with: the ConfigMap with the example Secret on top."""
+    return Settings.from_env({**configmap_data(), **secret_example_data()})
+
+
+@cache
+def gateway_routes() -> frozenset[tuple[str, str]]:
+    """(method, path) of every route of the real gateway app, built with the deployed settings.
+
+    `create_app` opens Redis only in its cleanup_ctx, so building it (never starting it) needs
+    no server; a fresh registry keeps its metrics out of the global one.
+    """
+    app = create_app(configured_settings(), registry=CollectorRegistry())
+    return frozenset((r.method, r.resource.canonical) for r in app.router.routes() if r.resource)
+
+
+def get_paths() -> set[str]:
+    return {path for method, path in gateway_routes() if method == "GET"}
+
+
+def pod_monitors() -> list[dict[str, Any]]:
+    return [d for d in load_docs(PODMONITOR) if d["kind"] == "PodMonitor"]
+
+
+def scrapes_of(path: Path) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+    """(PodMonitor, endpoint) pairs that produce a target for the Deployment's pods: the
+    monitor selects the pod and the endpoint names one of its ports."""
+    labels, ports = pod_labels(path), port_names(path)
+    return [
+        (monitor, endpoint)
+        for monitor in pod_monitors()
+        if label_subset(monitor["spec"]["selector"]["matchLabels"], labels)
+        for endpoint in monitor["spec"]["podMetricsEndpoints"]
+        if endpoint["port"] in ports
+    ]
+
+
+def job_label_of(path: Path) -> str:
+    """The `job` label Prometheus gives the Deployment's targets (its PodMonitor's jobLabel)."""
+    ((monitor, _),) = scrapes_of(path)
+    return pod_labels(path)[monitor["spec"]["jobLabel"]]
 
 
 def env_names_read_by_settings() -> set[str]:
@@ -108,10 +214,23 @@ def exposed_sample_names(registry: CollectorRegistry) -> set[str]:
     return names
 
 
-def engine_metric_names() -> set[str]:
-    registry = CollectorRegistry()
-    EngineMetrics.create(registry)
-    return exposed_sample_names(registry)
+METRIC_CLASSES = (EngineMetrics, GatewayMetrics, GpuMetrics)
+
+
+def metric_registries() -> list[CollectorRegistry]:
+    """One fresh registry per metrics class (the gateway shares EngineMetrics' names, and one
+    registry would refuse duplicates)."""
+    registries = []
+    for metrics_class in METRIC_CLASSES:
+        registry = CollectorRegistry()
+        metrics_class.create(registry)
+        registries.append(registry)
+    return registries
+
+
+def exposed_metric_names() -> set[str]:
+    """Every sample name EngineMetrics, GatewayMetrics and GpuMetrics expose."""
+    return set().union(*(exposed_sample_names(r) for r in metric_registries()))
 
 
 def alert_rules() -> list[dict[str, Any]]:
@@ -134,6 +253,29 @@ def dashboard_exprs() -> list[str]:
     return [t["expr"] for p in dashboard_panels() for t in p.get("targets", [])]
 
 
+def all_exprs() -> list[str]:
+    return dashboard_exprs() + [r["expr"] for r in alert_rules()]
+
+
+def rule_groups_for_promtool(*, annotations: bool = True) -> dict[str, Any]:
+    """The PrometheusRule's groups as a plain Prometheus rules file."""
+    groups = only_doc(RULES, "PrometheusRule")["spec"]["groups"]
+    if not annotations:
+        groups = [
+            {**g, "rules": [{k: v for k, v in r.items() if k != "annotations"} for r in g["rules"]]}
+            for g in groups
+        ]
+    return {"groups": groups}
+
+
+def run_promtool(*args: str, cwd: Path) -> None:
+    assert PROMTOOL
+    result = subprocess.run(
+        [PROMTOOL, *args], cwd=cwd, capture_output=True, text=True, timeout=60, check=False
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
 def label_subset(selector: dict[str, str], labels: dict[str, str]) -> bool:
     return all(labels.get(k) == v for k, v in selector.items())
 
@@ -149,6 +291,8 @@ def test_manifest_tree_is_complete() -> None:
         CONFIGMAP,
         SECRET_EXAMPLE,
         WORKER,
+        GATEWAY,
+        GATEWAY_SERVICE,
         PODMONITOR,
         K8S / "overlays" / "gpu" / "kustomization.yaml",
         GPU_PATCH,
@@ -157,6 +301,8 @@ def test_manifest_tree_is_complete() -> None:
         RULES,
         DASHBOARD,
         K8S / "README.md",
+        OPERATIONS_DOC,
+        PROMTOOL_TESTS,
     ]
     missing = [str(p.relative_to(REPO_ROOT)) for p in expected if not p.is_file()]
     assert not missing
@@ -194,18 +340,52 @@ def test_base_applies_every_manifest_but_the_secret_example() -> None:
     assert SECRET_EXAMPLE.name not in resources
     manifests = {p.name for p in BASE.glob("*.yaml")} - {"kustomization.yaml", SECRET_EXAMPLE.name}
     assert manifests == resources
+    assert {GATEWAY.name, GATEWAY_SERVICE.name} <= resources
+
+
+def test_base_object_names_are_unique_per_kind() -> None:
+    """No two base objects of one kind share a name (kustomize would refuse to build)."""
+    resources = only_doc(BASE / "kustomization.yaml", "Kustomization")["resources"]
+    ids = [(d["kind"], d["metadata"]["name"]) for r in resources for d in load_docs(BASE / r)]
+    assert len(ids) == len(set(ids)), ids
 
 
 # -- settings ----------------------------------------------------------------------------------
 
 
 def test_configmap_keys_are_real_settings() -> None:
-    """Every SPLATQ_* key in the ConfigMap is a variable Settings.from_env reads."""
+    """Every SPLATQ_* key in the ConfigMap is a variable Settings.from_env reads; the only
+    other keys allowed are the AWS SDK's non-secret region variables."""
     known = env_names_read_by_settings()
     keys = set(configmap_data())
     assert keys, "empty ConfigMap"
-    assert all(k.startswith("SPLATQ_") for k in keys), keys
-    assert keys <= known, sorted(keys - known)
+    settings_keys = {k for k in keys if k.startswith("SPLATQ_")}
+    assert keys - settings_keys <= AWS_SDK_SETTINGS, sorted(keys - settings_keys)
+    assert settings_keys <= known, sorted(settings_keys - known)
+
+
+def test_configmap_sets_the_gateway_and_worker_settings() -> None:
+    """The settings the gateway and GPU worker added are set explicitly in the ConfigMap."""
+    required = {
+        "SPLATQ_STORAGE_URL",
+        "SPLATQ_S3_ENDPOINT_URL",
+        "SPLATQ_PUBLIC_URL",
+        "SPLATQ_GATEWAY_HOST",
+        "SPLATQ_GATEWAY_PORT",
+        "SPLATQ_MAX_UPLOAD_BYTES",
+        "SPLATQ_MAX_IMAGE_PIXELS",
+        "SPLATQ_RATE_LIMIT_PER_S",
+        "SPLATQ_RATE_LIMIT_BURST",
+        "SPLATQ_MAX_BACKLOG_INTERACTIVE",
+        "SPLATQ_MAX_BACKLOG_SYNTHESIS",
+        "SPLATQ_SSE_KEEPALIVE_S",
+        "SPLATQ_MODEL",
+        "SPLATQ_MODEL_CHECKPOINT",
+        "SPLATQ_BATCH_MAX_SIZE",
+        "SPLATQ_BATCH_MAX_WAIT_MS",
+        "SPLATQ_BATCH_MAX_PIXELS",
+    }
+    assert not required - set(configmap_data()), sorted(required - set(configmap_data()))
 
 
 def test_secret_example_keys_are_real_settings() -> None:
@@ -218,7 +398,14 @@ def test_secret_example_keys_are_real_settings() -> None:
 
 def test_secrets_stay_out_of_the_configmap() -> None:
     """Credentials are only in the Secret, never in the ConfigMap."""
-    assert not {"SPLATQ_REDIS_URL", "SPLATQ_API_KEYS"} & set(configmap_data())
+    secret_keys = {
+        "SPLATQ_REDIS_URL",
+        "SPLATQ_API_KEYS",
+        "AWS_ACCESS_KEY_ID",
+        "AWS_SECRET_ACCESS_KEY",
+        "KEDA_REDIS_PASSWORD",
+    }
+    assert not secret_keys & set(configmap_data())
 
 
 def test_configmap_values_are_strings() -> None:
@@ -233,9 +420,18 @@ def test_settings_accept_the_configmap_and_secret_example() -> None:
     settings = Settings.from_env(data)
     assert settings.metrics_port == 9100
     assert settings.log_format == "json"
-    combined = Settings.from_env({**data, **secret_example_data()})
+    combined = configured_settings()
     assert not combined.redis_url_is_default
     assert combined.api_keys
+
+
+def test_storage_is_shared_object_storage() -> None:
+    """Pods share no filesystem: storage is s3://bucket[/prefix], and artifact links use an
+    external https base URL rather than the gateway's own pod address."""
+    settings = configured_settings()
+    assert re.fullmatch(r"s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9](/[^/].*)?", settings.storage_url)
+    assert settings.public_url.startswith("https://")
+    assert settings.public_base_url == settings.public_url
 
 
 def test_settings_accept_the_gpu_overlay() -> None:
@@ -248,27 +444,35 @@ def test_settings_accept_the_gpu_overlay() -> None:
     assert container["resources"]["limits"]["nvidia.com/gpu"] == 1
 
 
-# -- worker Deployment -------------------------------------------------------------------------
+# -- Deployments -------------------------------------------------------------------------------
 
 
-def test_termination_grace_exceeds_shutdown_grace() -> None:
-    """The kubelet waits at least 10 s longer than the worker's SIGTERM drain."""
-    grace = Settings.from_env(configmap_data()).shutdown_grace_s
-    pod = only_doc(WORKER, "Deployment")["spec"]["template"]["spec"]
-    assert pod["terminationGracePeriodSeconds"] >= grace + 10
+@pytest.mark.parametrize("path", DEPLOYMENTS, ids=lambda p: p.stem)
+def test_termination_grace_exceeds_shutdown_grace(path: Path) -> None:
+    """The kubelet waits at least 10 s longer than the preStop sleep plus the SIGTERM drain."""
+    grace = configured_settings().shutdown_grace_s
+    pod = pod_spec(path)
+    pre_stop = max(pre_stop_seconds(c) for c in pod["containers"])
+    assert pod["terminationGracePeriodSeconds"] >= pre_stop + grace + 10
+
+
+@pytest.mark.parametrize("path", DEPLOYMENTS, ids=lambda p: p.stem)
+def test_containers_load_config_then_secret(path: Path) -> None:
+    """Every splatq container takes the ConfigMap and then the Secret (which wins) by envFrom."""
+    cm_name = only_doc(CONFIGMAP, "ConfigMap")["metadata"]["name"]
+    secret_name = only_doc(SECRET_EXAMPLE, "Secret")["metadata"]["name"]
+    for container in pod_spec(path)["containers"]:
+        refs = [
+            (e.get("configMapRef") or e.get("secretRef") or {}).get("name")
+            for e in container["envFrom"]
+        ]
+        assert refs == [cm_name, secret_name], container["name"]
 
 
 def test_worker_container_is_wired_to_config_and_metrics() -> None:
-    """The worker runs `splatq worker` on the ConfigMap and Secret and probes its metrics port."""
+    """The worker runs `splatq worker` and probes its metrics port."""
     container = worker_container()
     assert container["command"][-1] == "worker"
-    refs = [
-        (e.get("configMapRef") or e.get("secretRef") or {}).get("name")
-        for e in container["envFrom"]
-    ]
-    cm_name = only_doc(CONFIGMAP, "ConfigMap")["metadata"]["name"]
-    secret_name = only_doc(SECRET_EXAMPLE, "Secret")["metadata"]["name"]
-    assert refs == [cm_name, secret_name]  # the Secret last, so it wins
     ports = {p["name"]: p["containerPort"] for p in container["ports"]}
     assert ports["metrics"] == int(configmap_data()["SPLATQ_METRICS_PORT"])
     for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
@@ -276,18 +480,131 @@ def test_worker_container_is_wired_to_config_and_metrics() -> None:
     assert container["securityContext"]["readOnlyRootFilesystem"] is True
 
 
-def test_pdb_and_podmonitor_select_the_worker_pods() -> None:
-    """The PDB and PodMonitor select worker pods, and the PodMonitor's job matches the alerts."""
-    pod_template = only_doc(WORKER, "Deployment")["spec"]["template"]
-    labels = pod_template["metadata"]["labels"]
-    pdb = only_doc(WORKER, "PodDisruptionBudget")
-    assert label_subset(pdb["spec"]["selector"]["matchLabels"], labels)
-    monitor = only_doc(PODMONITOR, "PodMonitor")["spec"]
-    assert label_subset(monitor["selector"]["matchLabels"], labels)
-    port_names = {p["name"] for c in pod_template["spec"]["containers"] for p in c["ports"]}
-    assert {e["port"] for e in monitor["podMetricsEndpoints"]} <= port_names
-    jobs = {j for r in alert_rules() for j in re.findall(r'job="([^"]+)"', r["expr"])}
-    assert jobs == {labels[monitor["jobLabel"]]}
+def test_gateway_container_serves_on_the_configured_port() -> None:
+    """The gateway runs `splatq gateway` on all interfaces at SPLATQ_GATEWAY_PORT, exposed as
+    the container port `http` that every probe uses."""
+    container = gateway_container()
+    assert container["command"] == ["splatq", "gateway"]
+    settings = configured_settings()
+    assert settings.gateway_host == "0.0.0.0"
+    ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+    assert ports == {"http": settings.gateway_port}
+    assert settings.gateway_port == int(configmap_data()["SPLATQ_GATEWAY_PORT"])
+    for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
+        assert container[probe]["httpGet"]["port"] == "http", probe
+
+
+def test_gateway_probes_hit_real_routes() -> None:
+    """Readiness is /readyz (Redis-aware), liveness and startup /healthz (process only), and
+    each probe path is a GET route of the real gateway app."""
+    container = gateway_container()
+    paths = get_paths()
+    probes = {p: container[p]["httpGet"]["path"] for p in ("startupProbe", "readinessProbe")}
+    probes["livenessProbe"] = container["livenessProbe"]["httpGet"]["path"]
+    assert probes["readinessProbe"] == "/readyz"
+    assert probes["livenessProbe"] == "/healthz"
+    assert probes["startupProbe"] == "/healthz"
+    assert set(probes.values()) <= paths, sorted(set(probes.values()) - paths)
+    assert ("POST", "/v1/jobs") in gateway_routes()  # the route set is the real one
+
+
+def test_gateway_drains_safely() -> None:
+    """The gateway sleeps in preStop so endpoints go first, and never runs as a single replica."""
+    container = gateway_container()
+    assert 1 <= pre_stop_seconds(container) <= 15
+    deployment = only_doc(GATEWAY, "Deployment")["spec"]
+    assert deployment["replicas"] >= 2
+    assert deployment["strategy"]["rollingUpdate"]["maxUnavailable"] == 0
+
+
+def test_gateway_is_hardened_like_the_worker() -> None:
+    """Same pod and container security context as the worker, and resources are set."""
+    assert pod_spec(GATEWAY)["securityContext"] == pod_spec(WORKER)["securityContext"]
+    container = gateway_container()
+    assert container["securityContext"] == worker_container()["securityContext"]
+    assert pod_spec(GATEWAY)["automountServiceAccountToken"] is False
+    resources = container["resources"]
+    assert {"cpu", "memory"} <= set(resources["requests"])  # cpu: an HPA needs a request
+    assert "memory" in resources["limits"]
+    mounts = {m["mountPath"] for m in container["volumeMounts"]}
+    assert "/tmp" in mounts  # the root filesystem is read-only
+
+
+def test_gateway_service_targets_the_named_port() -> None:
+    """The Service selects exactly the gateway pods and sends port 80 to the `http` port."""
+    service = only_doc(GATEWAY_SERVICE, "Service")["spec"]
+    assert service.get("type", "ClusterIP") == "ClusterIP"
+    assert label_subset(service["selector"], pod_labels(GATEWAY))
+    assert not label_subset(service["selector"], pod_labels(WORKER))
+    (port,) = service["ports"]
+    assert port["port"] == 80
+    assert port["targetPort"] == "http"
+    assert port["targetPort"] in port_names(GATEWAY)
+
+
+@pytest.mark.parametrize("path", DEPLOYMENTS, ids=lambda p: p.stem)
+def test_each_deployment_has_its_own_pdb(path: Path) -> None:
+    """Exactly one PodDisruptionBudget selects each Deployment's pods, and it allows one
+    voluntary disruption at a time."""
+    labels = pod_labels(path)
+    pdbs = [
+        pdb
+        for p in DEPLOYMENTS
+        for pdb in load_docs(p)
+        if pdb["kind"] == "PodDisruptionBudget"
+        and label_subset(pdb["spec"]["selector"]["matchLabels"], labels)
+    ]
+    assert len(pdbs) == 1, [p["metadata"]["name"] for p in pdbs]
+    assert pdbs[0]["spec"].get("maxUnavailable") == 1
+
+
+# -- scraping ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("path", DEPLOYMENTS, ids=lambda p: p.stem)
+def test_each_deployment_is_scraped_exactly_once(path: Path) -> None:
+    """One PodMonitor endpoint produces a target for each Deployment's pods (two would double
+    every summed counter)."""
+    scrapes = scrapes_of(path)
+    assert len(scrapes) == 1, [(m["metadata"]["name"], e["port"]) for m, e in scrapes]
+
+
+def test_gateway_is_scraped_on_its_api_port() -> None:
+    """The gateway's PodMonitor scrapes the `http` port at a real GET route, /metrics, and
+    its job label is splatq-gateway."""
+    ((_, endpoint),) = scrapes_of(GATEWAY)
+    assert endpoint["port"] == "http"
+    assert endpoint["path"] == "/metrics"
+    assert endpoint["path"] in get_paths()
+    assert job_label_of(GATEWAY) == "splatq-gateway"
+    assert job_label_of(WORKER) == "splatq-worker"
+
+
+def test_alert_job_labels_match_the_podmonitors() -> None:
+    """Every job="..." in the alerts is a job the PodMonitors produce; gateway alerts use the
+    gateway's, the worker-down alert the worker's."""
+    jobs = {p: job_label_of(p) for p in DEPLOYMENTS}
+    used = {j for r in alert_rules() for j in re.findall(r'job="([^"]+)"', r["expr"])}
+    assert used == set(jobs.values())
+    for rule in alert_rules():
+        rule_jobs = set(re.findall(r'job="([^"]+)"', rule["expr"]))
+        if rule["alert"].startswith("SplatqGateway"):
+            assert rule_jobs == {jobs[GATEWAY]}, rule["alert"]
+        if rule["alert"] == "SplatqWorkersDown" and "up{" in rule["expr"]:
+            assert rule_jobs == {jobs[WORKER]}
+
+
+def test_route_labels_in_queries_are_real_routes() -> None:
+    """route="..." matchers and the literal alternatives of route=~ / route!~ regexes in the
+    alerts and dashboard name routes the gateway really has."""
+    paths = {path for _, path in gateway_routes()}
+    seen: set[str] = set()
+    for expr in all_exprs():
+        for op, value in re.findall(r'route(=~|!~|=|!=)"([^"]*)"', expr):
+            alternatives = value.split("|") if op in {"=~", "!~"} else [value]
+            seen.update(a for a in alternatives if not any(c in a for c in ".*+?[]()\\"))
+    assert {"/v1/jobs", "/healthz", "/readyz", "/metrics"} <= seen
+    assert seen <= paths, sorted(seen - paths)
 
 
 # -- KEDA --------------------------------------------------------------------------------------
@@ -340,8 +657,9 @@ def test_sample_suffixes_match_prometheus_client() -> None:
 
 
 def test_alert_rules_reference_exposed_metrics() -> None:
-    """Every splatq_* name in the alert expressions is a sample EngineMetrics exposes."""
-    exposed = engine_metric_names()
+    """Every splatq_* name in the alert expressions is a sample the engine, gateway or GPU
+    worker metrics expose."""
+    exposed = exposed_metric_names()
     for rule in alert_rules():
         names = set(METRIC_NAME.findall(rule["expr"]))
         assert names or "up{" in rule["expr"], rule["alert"]
@@ -349,8 +667,9 @@ def test_alert_rules_reference_exposed_metrics() -> None:
 
 
 def test_dashboard_targets_reference_exposed_metrics() -> None:
-    """Every splatq_* name in the dashboard queries is a sample EngineMetrics exposes."""
-    exposed = engine_metric_names()
+    """Every splatq_* name in the dashboard queries is a sample the engine, gateway or GPU
+    worker metrics expose."""
+    exposed = exposed_metric_names()
     exprs = dashboard_exprs()
     assert exprs
     for expr in exprs:
@@ -359,15 +678,13 @@ def test_dashboard_targets_reference_exposed_metrics() -> None:
         assert names <= exposed, (expr, sorted(names - exposed))
 
 
-def test_every_engine_metric_is_watched() -> None:
-    """Each EngineMetrics family appears on the dashboard or in an alert."""
-    registry = CollectorRegistry()
-    EngineMetrics.create(registry)
-    used = set(
-        METRIC_NAME.findall(" ".join(dashboard_exprs() + [r["expr"] for r in alert_rules()]))
-    )
+def test_every_metric_is_watched() -> None:
+    """Each EngineMetrics, GatewayMetrics and GpuMetrics family appears on the dashboard or
+    in an alert."""
+    used = set(METRIC_NAME.findall(" ".join(all_exprs())))
     unwatched = [
         f.name
+        for registry in metric_registries()
         for f in registry.collect()
         if not used & {f.name + suffix for suffix in SAMPLE_SUFFIXES[f.type]}
     ]
@@ -383,7 +700,12 @@ def test_required_alerts_exist() -> None:
 
 
 def test_alerts_have_severity_annotations_and_runbooks() -> None:
-    """Each alert has a severity, summary, description and a docs/operations.md runbook anchor."""
+    """Each alert has a severity, summary, description and a docs/operations.md runbook anchor
+    that is a section of that document."""
+    headings = set(
+        re.findall(r"^#{2,4} +([a-z0-9-]+)\s*$", OPERATIONS_DOC.read_text(encoding="utf-8"), re.M)
+    )
+    assert headings >= RUNBOOK_ANCHORS, sorted(RUNBOOK_ANCHORS - headings)
     for rule in alert_rules():
         assert rule["labels"]["severity"] in {"critical", "warning"}, rule["alert"]
         annotations = rule["annotations"]
@@ -394,6 +716,17 @@ def test_alerts_have_severity_annotations_and_runbooks() -> None:
         assert match.group(1) in RUNBOOK_ANCHORS, rule["alert"]
 
 
+def test_rules_of_one_alert_are_told_apart() -> None:
+    """Where one alert has several rules, their static labels differ (else their alerts
+    would collide in Alertmanager)."""
+    by_alert: dict[str, list[dict[str, str]]] = {}
+    for rule in alert_rules():
+        by_alert.setdefault(rule["alert"], []).append(rule["labels"])
+    for alert, labels in by_alert.items():
+        distinct = {tuple(sorted(label.items())) for label in labels}
+        assert len(distinct) == len(labels), alert
+
+
 def test_lost_entries_alert_is_critical_on_both_signals() -> None:
     """Lost entries page on the reaper's counter and on the Redis-backed gauge."""
     rules = [r for r in alert_rules() if r["alert"] == "SplatqStreamEntriesLost"]
@@ -401,6 +734,44 @@ def test_lost_entries_alert_is_critical_on_both_signals() -> None:
     exprs = " ".join(r["expr"] for r in rules)
     assert "splatq_stream_entries_lost_total" in exprs
     assert "splatq_lost_entries" in exprs
+
+
+def test_gateway_alerts_use_the_agreed_thresholds() -> None:
+    """5xx ratio over 5 min above 2 %; p99 of POST /v1/jobs above 250 ms; OOM on both the
+    failed-job code the GPU worker really uses and on batch splits."""
+    rules = {r["alert"]: r for r in alert_rules()}
+    errors = " ".join(rules["SplatqGatewayErrors"]["expr"].split())
+    assert 'status=~"5.."' in errors
+    assert "[5m]" in errors
+    assert errors.endswith("> 0.02")
+    slow = " ".join(rules["SplatqGatewaySlow"]["expr"].split())
+    assert slow.startswith("histogram_quantile(0.99,")
+    assert "splatq_http_request_seconds_bucket" in slow
+    assert 'route="/v1/jobs"' in slow
+    assert slow.endswith("> 0.25")
+    assert ("POST", "/v1/jobs") in gateway_routes()
+    oom = " ".join(r["expr"] for r in alert_rules() if r["alert"] == "SplatqGpuOutOfMemory")
+    assert f'splatq_gpu_job_errors_total{{code="{CUDA_OUT_OF_MEMORY}"}}' in oom
+    assert "splatq_gpu_oom_splits_total" in oom
+
+
+@pytest.mark.skipif(PROMTOOL is None, reason="promtool is not installed")
+def test_promtool_accepts_the_rules(tmp_path: Path) -> None:
+    """promtool parses every alert expression and annotation template."""
+    (tmp_path / "rules.yaml").write_text(yaml.safe_dump(rule_groups_for_promtool()))
+    run_promtool("check", "rules", "rules.yaml", cwd=tmp_path)
+
+
+@pytest.mark.skipif(PROMTOOL is None, reason="promtool is not installed")
+def test_promtool_alert_unit_tests(tmp_path: Path) -> None:
+    """The gateway and GPU alerts fire, and stay quiet, as tests/k8s/alerts.promtool.yaml
+    expects (evaluated by Prometheus' own engine)."""
+    rules = rule_groups_for_promtool(annotations=False)
+    (tmp_path / "rules.yaml").write_text(yaml.safe_dump(rules))
+    shutil.copy(PROMTOOL_TESTS, tmp_path / "tests.yaml")
+    tested = set(re.findall(r"alertname: (\w+)", PROMTOOL_TESTS.read_text(encoding="utf-8")))
+    assert tested >= {"SplatqGatewayErrors", "SplatqGatewaySlow", "SplatqGpuOutOfMemory"}
+    run_promtool("test", "rules", "tests.yaml", cwd=tmp_path)
 
 
 # -- dashboard ---------------------------------------------------------------------------------
@@ -442,6 +813,9 @@ def test_dashboard_has_filters_and_required_panels() -> None:
         "splatq_dead_letters_total",
         "splatq_reclaims_total",
         "splatq_lease_renewal_failures_total",
+        "splatq_http_requests_total",
+        "splatq_submissions_total",
+        "splatq_gpu_oom_splits_total",
     ):
         assert metric in exprs, metric
     for q in ("0.5", "0.95", "0.99"):
@@ -453,6 +827,61 @@ def test_dashboard_has_filters_and_required_panels() -> None:
         <= {n for t in p.get("targets", []) for n in METRIC_NAME.findall(t["expr"])}
     ]
     assert slots, "no panel compares slots in use with reserved"
+    memory = [
+        p
+        for p in panels
+        if {"splatq_gpu_device_memory_bytes", "splatq_gpu_device_memory_peak_bytes"}
+        <= {n for t in p.get("targets", []) for n in METRIC_NAME.findall(t["expr"])}
+    ]
+    assert memory, "no panel shows GPU memory in use against its peak"
+
+
+@pytest.mark.parametrize(
+    ("quantile", "histogram", "by"),
+    [
+        ("0.5", "splatq_http_request_seconds", "route"),
+        ("0.99", "splatq_http_request_seconds", "route"),
+        ("0.5", "splatq_gpu_batch_size", "quality"),
+        ("0.99", "splatq_gpu_inference_seconds", "quality"),
+        ("0.5", "splatq_gpu_gaussians_per_job", "quality"),
+    ],
+)
+def test_dashboard_plots_the_agreed_quantiles(quantile: str, histogram: str, by: str) -> None:
+    """Gateway latency p50/p99 by route, GPU batch size p50, inference p99 and Gaussians per
+    job by quality: each is one histogram_quantile aggregated `by (le, <label>)`."""
+    pattern = re.compile(
+        rf"histogram_quantile\({re.escape(quantile)}, sum by \(le, {by}\) "
+        rf"\(rate\({histogram}_bucket\{{"
+    )
+    assert any(pattern.match(e) for e in dashboard_exprs()), (quantile, histogram, by)
+
+
+def test_dashboard_shows_requests_by_status_class() -> None:
+    """A gateway panel groups the request rate by status class (2xx, 4xx, 5xx)."""
+    exprs = [e for e in dashboard_exprs() if "splatq_http_requests_total" in e]
+    assert any(
+        "label_replace(" in e and '"status"' in e and "sum by (class)" in e for e in exprs
+    ), exprs
+
+
+@pytest.mark.skipif(PROMTOOL is None, reason="promtool is not installed")
+def test_promtool_accepts_the_dashboard_queries(tmp_path: Path) -> None:
+    """Every dashboard query, with Grafana's variables filled in, parses as PromQL."""
+    rules = []
+    for panel in dashboard_panels():
+        for target in panel.get("targets", []):
+            expr = target["expr"]
+            for variable, value in GRAFANA_VARIABLES.items():
+                expr = expr.replace(variable, value)
+            assert "$" not in expr.replace("${1}", ""), expr  # every variable is known
+            rules.append(
+                {"record": f"dashboard:panel_{panel['id']}_{target['refId']}", "expr": expr}
+            )
+    assert rules
+    (tmp_path / "dashboard.yaml").write_text(
+        yaml.safe_dump({"groups": [{"name": "dashboard", "rules": rules}]})
+    )
+    run_promtool("check", "rules", "dashboard.yaml", cwd=tmp_path)
 
 
 def test_dashboard_lost_entries_stat_turns_red() -> None:
