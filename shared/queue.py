@@ -47,6 +47,8 @@ class EnqueueResult:
     # Refused because the stream partition already holds `max_backlog` entries.
     overloaded: bool = False
     backlog: int = 0
+    # The new job's record (created only), read in the same script.
+    job: JobRecord | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -176,7 +178,8 @@ class JobQueue:
         _raise_on_error(reply)
         outcome = reply[0]
         if outcome == "created":
-            return EnqueueResult(job_id=reply[1], created=True)
+            job, _ = _parse_job(reply[3:])
+            return EnqueueResult(job_id=reply[1], created=True, job=job)
         if outcome == "duplicate":
             return EnqueueResult(job_id=reply[1], created=False, claim_status=reply[2])
         if outcome == "overloaded":

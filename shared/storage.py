@@ -7,6 +7,7 @@ reader never sees a partial object. No job logic here; the S3 backend is `shared
 from __future__ import annotations
 
 import asyncio
+import itertools
 import os
 import secrets
 from dataclasses import dataclass
@@ -17,6 +18,7 @@ from urllib.parse import urlparse
 from shared.errors import PermanentError, TransientError
 
 TEMP_MARKER = ".tmp-"
+_TEMP_SEQ = itertools.count()
 
 
 class ObjectNotFound(PermanentError):
@@ -54,6 +56,11 @@ class Storage(Protocol):
     async def discard(self, staged: Staged) -> None: ...
 
     async def exists(self, key: str) -> bool: ...
+
+    async def put_if_absent(self, key: str, data: bytes) -> bool:
+        """Write and commit unless the key exists (content-addressed objects); True when
+        this call wrote it."""
+        ...
 
     async def delete(self, key: str) -> None: ...
 
@@ -120,6 +127,24 @@ class LocalFileStorage:
 
     async def delete(self, key: str) -> None:
         await asyncio.to_thread(self.path_of(key).unlink, True)
+
+    async def put_if_absent(self, key: str, data: bytes) -> bool:
+        path = self.path_of(key)
+
+        def write() -> bool:
+            # One thread hop for check + write + fsync + rename: this is on the gateway's
+            # submission path, where every hop to the pool is latency.
+            if path.is_file():
+                return False
+            temp = path.with_name(f".{path.name}{TEMP_MARKER}{next(_TEMP_SEQ)}-{os.getpid()}")
+            _write_synced(temp, data)
+            os.replace(temp, path)
+            return True
+
+        try:
+            return await asyncio.to_thread(write)
+        except OSError as exc:
+            raise StorageUnavailable(f"writing {key!r}: {exc}") from exc
 
     async def sweep_temp(self, prefix: str) -> int:
         directory = self.path_of(prefix)

@@ -222,6 +222,13 @@ class S3Storage:
         with _translate(f"discarding staged {staged.key!r}"):
             await s3.delete_object(Bucket=self.bucket, Key=self._raw(staged.temp_key))
 
+    async def put_if_absent(self, key: str, data: bytes) -> bool:
+        """HEAD then PUT: content-addressed keys make the race harmless (same bytes)."""
+        if await self.exists(key):
+            return False
+        await self.put_bytes(key, data)
+        return True
+
     async def exists(self, key: str) -> bool:
         s3 = await self._client()
         try:

@@ -33,6 +33,7 @@ _JOB_ID = {
     "name": "job_id", "in": "path", "required": True,
     "schema": {"type": "string", "maxLength": 64},
 }  # fmt: skip
+_EVENT_ID = {"type": "string", "pattern": "^[0-9]{1,20}-[0-9]{1,20}$"}  # else 400
 _JOB = {"application/json": {"schema": {"$ref": "#/components/schemas/Job"}}}
 _COMMON = {
     "401": _problem("missing or unknown API key"),
@@ -69,8 +70,14 @@ def openapi_document(server_url: str) -> dict[str, Any]:
                             "name": "Idempotency-Key",
                             "in": "header",
                             "required": False,
-                            "schema": {"type": "string", "minLength": 1, "maxLength": 255},
-                            "description": "same key + same request -> same job for 24 h; "
+                            "schema": {
+                                "type": "string",
+                                "minLength": 1,
+                                "maxLength": 255,
+                                "pattern": "^[\\x21-\\x7e]+$",
+                            },
+                            "description": "visible ASCII, no spaces (else 400 invalid_request); "
+                            "same key + same request -> same job for 24 h; "
                             "same key + different request -> 422 idempotency_key_reused",
                         }
                     ],
@@ -195,7 +202,16 @@ def openapi_document(server_url: str) -> dict[str, Any]:
                             "name": "Last-Event-ID",
                             "in": "header",
                             "required": False,
-                            "schema": {"type": "string", "pattern": "^[0-9]+-[0-9]+$"},
+                            "schema": _EVENT_ID,
+                            "description": "resume after this event (an `id:` of this stream)",
+                        },
+                        {
+                            "name": "last_event_id",
+                            "in": "query",
+                            "required": False,
+                            "schema": _EVENT_ID,
+                            "description": "the same, for clients that cannot set headers; "
+                            "the header wins when both are sent",
                         },
                     ],
                     "responses": {

@@ -166,9 +166,7 @@ async def _enqueue(
     )
     # Store the input first: once the job is in the stream a worker may start it at once.
     # Inputs are content-addressed, so a repeat or a concurrent twin writes the same object.
-    existed = await storage.exists(spec.input_ref)
-    if not existed:
-        await storage.put_bytes(spec.input_ref, submission.image)
+    existed = not await storage.put_if_absent(spec.input_ref, submission.image)
     result = await queue.enqueue(spec, max_backlog=limit)
     if result.overloaded:
         if not existed:
@@ -182,7 +180,7 @@ async def _enqueue(
             f"the {stream.value} queue is full ({result.backlog} jobs); retry later",
             {"Retry-After": str(OVERLOAD_RETRY_AFTER_S)},
         )
-    job = await queue.get(result.job_id)
+    job = result.job or await queue.get(result.job_id)
     if job is None:  # the claimed job expired between the claim and this read
         raise ApiError(503, "overloaded", "retry the request", {"Retry-After": "1"})
     base = settings.public_base_url

@@ -4,7 +4,7 @@
 -- ARGV: 1 job_id, 2 event_id, 3 stream_maxlen, 4 events_maxlen, 5 claim_ttl_ms,
 --       6 queued event name, 7 event extra JSON, 8 max backlog of this stream partition
 --       (0 = unbounded), 9.. field/value pairs for the job hash
--- Returns {'created', job_id, entry_id} | {'duplicate', job_id, claim_status} |
+-- Returns {'created', job_id, entry_id, flat job hash...} | {'duplicate', job_id, claim_status} |
 --         {'exists', job_id} | {'overloaded', backlog}
 local job_id = ARGV[1]
 if redis.call('EXISTS', KEYS[1]) == 1 then
@@ -40,4 +40,9 @@ local entry_id = redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[3], '*',
   'v', '1', 'job', job_id, 'trace', trace, 'claim', KEYS[4] or '')
 redis.call('HSET', KEYS[1], 'entry_id', entry_id)
 emit(KEYS[3], ARGV[4], KEYS[1], ARGV[2], ARGV[6], ARGV[7])
-return {'created', job_id, entry_id}
+-- The new record comes back with the reply: the producer needs no second round trip.
+local out = redis.call('HGETALL', KEYS[1])
+table.insert(out, 1, entry_id)
+table.insert(out, 1, job_id)
+table.insert(out, 1, 'created')
+return out
