@@ -15,6 +15,7 @@ import orjson
 import structlog
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from redis.exceptions import RedisError
 
 from services.gateway.app import METRICS, QUEUE, REGISTRY_KEY, SETTINGS, STORAGE, TRACE_ID
 from services.gateway.auth import authenticate
@@ -37,7 +38,18 @@ ARTIFACTS = {
     "rendered_preview": ("preview.png", "image/png"),
 }
 TERMINAL_EVENTS = ("completed", "failed", "canceled")
-_STREAM_ID_RE = re.compile(r"^\d{1,20}-\d{1,20}$")
+_STREAM_ID_RE = re.compile(r"^[0-9]{1,20}-[0-9]{1,20}$")
+_U64_MAX = 2**64 - 1
+
+
+def _valid_stream_id(value: str) -> bool:
+    """A Redis stream id Redis itself accepts: two ASCII unsigned 64-bit integers."""
+    if not _STREAM_ID_RE.match(value):
+        return False
+    ms, _, seq = value.partition("-")
+    return int(ms) <= _U64_MAX and int(seq) <= _U64_MAX
+
+
 OVERLOAD_RETRY_AFTER_S = 5
 
 
@@ -272,7 +284,7 @@ async def job_events(request: web.Request) -> web.StreamResponse:
     job = await _owned_job(request, tenant)
     queue = request.app[QUEUE]
     after = request.headers.get("Last-Event-ID") or request.query.get("last_event_id") or "0-0"
-    if not _STREAM_ID_RE.match(after):
+    if not _valid_stream_id(after):
         raise ApiError(
             400,
             "invalid_request",
@@ -288,7 +300,13 @@ async def job_events(request: web.Request) -> web.StreamResponse:
     await response.prepare(request)
     block_ms = max(50, int(settings.sse_keepalive_s * 1000))
     while True:
-        events = await queue.job_history(job.id, after, block_ms=block_ms)
+        try:
+            events = await queue.job_history(job.id, after, block_ms=block_ms)
+        except RedisError as exc:
+            # Headers are sent: end the stream; the client resumes with Last-Event-ID.
+            log.warning("sse.redis_error", job_id=job.id, error=str(exc))
+            await response.write_eof()
+            return response
         if not events:
             await response.write(b": keep-alive\n\n")
             continue

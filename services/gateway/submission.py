@@ -16,6 +16,7 @@ from urllib.parse import urlsplit
 
 import orjson
 from aiohttp import BodyPartReader, web
+from aiohttp.http_exceptions import HttpProcessingError
 
 from services.gateway.problems import ApiError, invalid_request
 from shared.events import EventType
@@ -156,7 +157,7 @@ async def _read_capped(request: web.Request, max_bytes: int) -> bytes:
 async def _read_multipart(request: web.Request, max_bytes: int) -> Submission:
     try:
         reader = await request.multipart()
-    except (ValueError, AssertionError) as exc:
+    except (ValueError, AssertionError, HttpProcessingError) as exc:
         raise invalid_request(f"malformed multipart body: {exc}") from None
     image: bytes | None = None
     params: Params | None = None
@@ -164,7 +165,8 @@ async def _read_multipart(request: web.Request, max_bytes: int) -> Submission:
     while True:
         try:
             part = await reader.next()
-        except ValueError as exc:
+        except (ValueError, AssertionError, HttpProcessingError) as exc:
+            # aiohttp raises InvalidHeader (an HttpProcessingError) for unparsable part headers
             raise invalid_request(f"malformed multipart body: {exc}") from None
         if part is None:
             break

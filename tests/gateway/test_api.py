@@ -407,3 +407,31 @@ async def test_events_stream_follows_a_live_job_with_keepalives(
     assert text.rstrip().endswith("}")
     assert "event: 3d_reconstruction.completed" in text
     assert "event: 3d_reconstruction.progress" in text
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        b"--B\r\n--B--\r\n",
+        b"--B\r\nFalse--B--\r\n",
+        b'--B\r\nContent-Disposition: form-data; name="a\x01b"\r\n\r\nx\r\n--B--\r\n',
+    ],
+)
+async def test_malformed_multipart_bodies_get_400(client: Client, body: bytes) -> None:
+    """Unparsable multipart framing or part headers are the client's error (400), not 500."""
+    resp = await client.post(
+        "/v1/jobs",
+        data=body,
+        headers={**AUTH_A, "Content-Type": "multipart/form-data; boundary=B"},
+    )
+    await problem(resp, 400, "invalid_request")
+
+
+@pytest.mark.parametrize("last", ["99999999999999999999-0", "\u0661-\u0661", "1-"])
+async def test_event_ids_redis_would_refuse_get_400_not_a_hang(client: Client, last: str) -> None:
+    """Last-Event-ID values outside Redis's id space are refused up front (no open stream)."""
+    job = await (await client.post("/v1/jobs", data=form(), headers=AUTH_A)).json()
+    resp = await client.get(
+        f"/v1/jobs/{job['id']}/events", headers={**AUTH_A, "Last-Event-ID": last}
+    )
+    await problem(resp, 400, "invalid_request")
