@@ -7,7 +7,7 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 from redis.asyncio import Redis
@@ -20,6 +20,9 @@ from shared.settings import Settings
 from shared.storage import LocalFileStorage
 from shared.worker import JobHandler, Worker
 from tests.handlers import BehaviourHandler
+
+if TYPE_CHECKING:
+    from services.gpu_worker.handler import GpuJobHandler
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -138,3 +141,34 @@ async def job_events(redis: Redis, queue: JobQueue, job_id: str) -> list[str]:
 
 def spec(quality: str = "preview", **metadata: Any) -> JobSpec:
     return JobSpec(tenant="acme", quality=quality, metadata=metadata)
+
+
+GpuHandlerFactory = Callable[[Settings], Awaitable["GpuJobHandler"]]
+
+
+@pytest.fixture
+async def gpu_handler_factory(storage: LocalFileStorage) -> AsyncIterator[GpuHandlerFactory]:
+    """Build started GPU-worker handlers (CPU, builtin model, this test's storage and its own
+    metrics registry); all are shut down after the test."""
+    from prometheus_client import CollectorRegistry  # noqa: PLC0415 - torch-heavy imports
+
+    from services.gpu_worker.handler import GpuJobHandler  # noqa: PLC0415
+    from services.gpu_worker.metrics import GpuMetrics  # noqa: PLC0415
+    from services.gpu_worker.model import load_model  # noqa: PLC0415
+
+    handlers: list[GpuJobHandler] = []
+
+    async def make(settings: Settings) -> GpuJobHandler:
+        h = GpuJobHandler(
+            settings.with_overrides(device="cpu"),
+            load_model("builtin"),
+            storage,
+            GpuMetrics.create(CollectorRegistry()),
+        )
+        await h.startup()
+        handlers.append(h)
+        return h
+
+    yield make
+    for h in handlers:
+        await h.shutdown()

@@ -6,16 +6,11 @@ from __future__ import annotations
 from typing import Any
 
 from aiohttp.test_utils import TestClient
-from prometheus_client import CollectorRegistry
 
 from services.gpu_worker import formats
-from services.gpu_worker.handler import GpuJobHandler
-from services.gpu_worker.metrics import GpuMetrics
-from services.gpu_worker.model import load_model
 from shared.queue import JobQueue
 from shared.settings import Settings
-from shared.storage import LocalFileStorage
-from tests.conftest import WorkerFactory, wait_for_status
+from tests.conftest import GpuHandlerFactory, WorkerFactory, wait_for_status
 from tests.gateway.conftest import AUTH_A, AUTH_B
 from tests.gateway.test_api import form, problem
 from tests.gpu_worker.conftest import sample_png
@@ -25,45 +20,36 @@ async def test_submit_follow_and_download_artifacts(
     client: TestClient[Any, Any],
     queue: JobQueue,
     settings: Settings,
-    storage: LocalFileStorage,
     start_worker: WorkerFactory,
+    gpu_handler_factory: GpuHandlerFactory,
 ) -> None:
     """The sample image through the API: 202, completed with artifact URLs on the gateway,
     each artifact downloadable (whole, right type) by its tenant only."""
-    handler = GpuJobHandler(
-        settings.with_overrides(device="cpu"),
-        load_model("builtin"),
-        storage,
-        GpuMetrics.create(CollectorRegistry()),
+    handler = await gpu_handler_factory(settings)
+    resp = await client.post(
+        "/v1/jobs", data=form(sample_png(1), {"quality": "preview"}), headers=AUTH_A
     )
-    await handler.startup()
-    try:
-        resp = await client.post(
-            "/v1/jobs", data=form(sample_png(1), {"quality": "preview"}), headers=AUTH_A
-        )
-        assert resp.status == 202
-        job_id = (await resp.json())["id"]
-        await start_worker(handler)
-        await wait_for_status(queue, job_id, {"completed"}, timeout_s=60)
-        job = await (await client.get(f"/v1/jobs/{job_id}", headers=AUTH_A)).json()
-        assert job["status"] == "completed"
-        assert job["progress"] == 1.0
-        assert job["model"] == "builtin-silhouette-inflation@1"
-        assert isinstance(job["compute_time_ms"], int)
-        assert set(job["artifacts"]) == {"gaussian_ply", "splat", "rendered_preview"}
-        ply = await client.get(f"/v1/jobs/{job_id}/artifacts/gaussian_ply", headers=AUTH_A)
-        assert ply.status == 200
-        count = formats.verify_ply(await ply.read()).count
-        splat = await client.get(f"/v1/jobs/{job_id}/artifacts/splat", headers=AUTH_A)
-        assert formats.verify_splat(await splat.read(), expected_count=count) == count
-        png = await client.get(f"/v1/jobs/{job_id}/artifacts/rendered_preview", headers=AUTH_A)
-        assert png.content_type == "image/png"
-        formats.verify_png(await png.read(), 128, 128)
-        await problem(
-            await client.get(f"/v1/jobs/{job_id}/artifacts/mesh", headers=AUTH_A), 404, "not_found"
-        )
-        await problem(
-            await client.get(f"/v1/jobs/{job_id}/artifacts/splat", headers=AUTH_B), 404, "not_found"
-        )
-    finally:
-        await handler.shutdown()
+    assert resp.status == 202
+    job_id = (await resp.json())["id"]
+    await start_worker(handler)
+    await wait_for_status(queue, job_id, {"completed"}, timeout_s=60)
+    job = await (await client.get(f"/v1/jobs/{job_id}", headers=AUTH_A)).json()
+    assert job["status"] == "completed"
+    assert job["progress"] == 1.0
+    assert job["model"] == "builtin-silhouette-inflation@1"
+    assert isinstance(job["compute_time_ms"], int)
+    assert set(job["artifacts"]) == {"gaussian_ply", "splat", "rendered_preview"}
+    ply = await client.get(f"/v1/jobs/{job_id}/artifacts/gaussian_ply", headers=AUTH_A)
+    assert ply.status == 200
+    count = formats.verify_ply(await ply.read()).count
+    splat = await client.get(f"/v1/jobs/{job_id}/artifacts/splat", headers=AUTH_A)
+    assert formats.verify_splat(await splat.read(), expected_count=count) == count
+    png = await client.get(f"/v1/jobs/{job_id}/artifacts/rendered_preview", headers=AUTH_A)
+    assert png.content_type == "image/png"
+    formats.verify_png(await png.read(), 128, 128)
+    await problem(
+        await client.get(f"/v1/jobs/{job_id}/artifacts/mesh", headers=AUTH_A), 404, "not_found"
+    )
+    await problem(
+        await client.get(f"/v1/jobs/{job_id}/artifacts/splat", headers=AUTH_B), 404, "not_found"
+    )

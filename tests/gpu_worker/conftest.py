@@ -4,20 +4,13 @@ from __future__ import annotations
 
 import hashlib
 import io
-from collections.abc import AsyncIterator
 
 import numpy as np
-import pytest
 from PIL import Image
-from prometheus_client import CollectorRegistry
 
-from services.gpu_worker.handler import GpuJobHandler
-from services.gpu_worker.metrics import GpuMetrics
-from services.gpu_worker.model import load_model
 from services.gpu_worker.samples import sample_image
 from shared.jobs import JobSpec
-from shared.settings import Settings
-from shared.storage import LocalFileStorage, Storage, input_key
+from shared.storage import Storage, input_key
 
 
 def png_bytes(image: Image.Image) -> bytes:
@@ -41,25 +34,3 @@ async def stored_spec(storage: Storage, data: bytes, quality: str = "preview") -
     key = input_key(digest, "png")
     await storage.put_bytes(key, data)
     return JobSpec(tenant="acme", quality=quality, input_ref=key, input_sha256=digest)
-
-
-@pytest.fixture
-async def gpu_handler_factory(
-    storage: LocalFileStorage,
-) -> AsyncIterator[object]:
-    handlers: list[GpuJobHandler] = []
-
-    async def make(settings: Settings) -> GpuJobHandler:
-        h = GpuJobHandler(
-            settings.with_overrides(device="cpu"),
-            load_model("builtin"),
-            storage,
-            GpuMetrics.create(CollectorRegistry()),
-        )
-        await h.startup()
-        handlers.append(h)
-        return h
-
-    yield make
-    for h in handlers:
-        await h.shutdown()
