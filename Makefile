@@ -6,7 +6,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: install redis-server test lint typecheck pytest up demo bench bench-gpu clean
+.PHONY: install redis-server test lint typecheck pytest up demo bench bench-gateway bench-gpu clean
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -50,6 +50,13 @@ demo: install redis-server
 bench: install redis-server
 	$(PY) -m pip install --quiet -e '.[dev,bench]'
 	$(PY) -m bench.engine_throughput
+
+bench-gateway: install redis-server
+	@command -v wrk >/dev/null 2>&1 || { [ "$$(id -u)" = "0" ] && apt-get install -y -qq wrk >/dev/null; }
+	$(PY) -m bench.gateway_submit
+
+bench-gpu:
+	bench/gpu_check.sh
 
 clean:
 	rm -rf $(VENV) var out .mypy_cache .ruff_cache .pytest_cache
