@@ -2,6 +2,12 @@
 # GPU machine check (< 8 minutes): the CUDA tests, then the inference batching benchmark.
 # Usage: bench/gpu_check.sh  [from the repo root or anywhere]
 # Works in the project's venv, or with a system torch plus wheels in .whl/ (the device tool).
+# On a lent machine whose image has torch, numpy and Pillow but not the rest, prepare the
+# wheels here first (its Python is 3.12) and carry `.whl`:
+#   echo /.whl/ >> .git/info/exclude; for p in redis==7.4.1 structlog orjson hiredis plyfile \
+#     pytest-asyncio; do python3 -m pip download -q --no-deps --only-binary=:all: \
+#     --python-version 3.12 --implementation cp --platform manylinux_2_28_x86_64 \
+#     --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 -d .whl $p; done
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUTDIR="${OUT:-/tmp/splatq-gpu-check}"
