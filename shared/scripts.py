@@ -6,6 +6,7 @@ script cache is empty); it must not hold any business logic itself.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -14,6 +15,7 @@ from importlib import resources
 from typing import Any
 
 from redis.asyncio import Redis
+from redis.asyncio.cluster import RedisCluster
 from redis.exceptions import NoScriptError
 
 from shared.states import lua_transition_table
@@ -56,15 +58,16 @@ class ScriptRunner:
     def __init__(self, redis: Redis) -> None:
         preamble = lua_transition_table() + _source("_preamble")
         self._redis = redis
+        self._cluster = isinstance(redis, RedisCluster)
         self._bodies = {s: preamble + "\n" + _source(s.value) for s in Script}
         self._shas = {s: hashlib.sha1(b.encode()).hexdigest() for s, b in self._bodies.items()}
 
     async def load(self) -> None:
-        """SCRIPT LOAD everything (idempotent); also called after a NOSCRIPT."""
-        pipe = self._redis.pipeline(transaction=False)
+        """SCRIPT LOAD everything (idempotent); also called after a NOSCRIPT. One call per
+        script, not a pipeline: a cluster client sends SCRIPT LOAD to every primary, which it
+        refuses to do inside a pipeline."""
         for body in self._bodies.values():
-            pipe.script_load(body)
-        await pipe.execute()
+            await self._redis.script_load(body)
 
     async def run(self, call: ScriptCall) -> Any:
         return (await self.run_many([call]))[0]
@@ -83,7 +86,18 @@ class ScriptRunner:
                 results[i] = r
         return results
 
+    async def _evalsha(self, call: ScriptCall) -> Any:
+        return await self._redis.evalsha(  # type: ignore[misc]
+            self._shas[call.script], len(call.keys), *call.keys, *call.args
+        )
+
     async def _execute(self, calls: Sequence[ScriptCall]) -> list[Any]:
+        if self._cluster:
+            # redis-py refuses EVALSHA in cluster pipelines; concurrent calls, each routed to
+            # the node of its slot, keep the one-round-trip-per-batch property per node.
+            return list(await asyncio.gather(
+                *(self._evalsha(c) for c in calls), return_exceptions=True
+            ))  # fmt: skip
         pipe = self._redis.pipeline(transaction=False)
         for c in calls:
             pipe.evalsha(self._shas[c.script], len(c.keys), *c.keys, *c.args)

@@ -1,0 +1,137 @@
+"""The engine on a real three-node Redis Cluster: every script stays in its slot, so jobs of
+all partitions flow through enqueue, take, commit and the outbox unchanged."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import shutil
+import socket
+import subprocess
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from shared.jobs import JobOutcome, JobSpec
+from shared.keys import STREAMS
+from shared.queue import JobQueue
+from shared.redis_client import connect
+from shared.redis_server import RedisServer
+from shared.settings import Settings
+from shared.worker import JobContext, Worker
+from tests.conftest import engine_settings, wait_until
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(shutil.which("redis-cli") is None, reason="needs redis-cli"),
+]
+
+
+def _cluster_port() -> int:
+    """A free port whose cluster bus port (+10000) is free too; both below 65536."""
+    for _ in range(200):
+        port = random.randint(20_000, 50_000)
+        try:
+            for p in (port, port + 10_000):
+                with socket.socket() as s:
+                    s.bind(("127.0.0.1", p))
+        except OSError:
+            continue
+        return port
+    raise RuntimeError("no free port pair for a cluster node")
+
+
+class ClusterNode(RedisServer):
+    def _argv(self) -> list[str]:
+        return [
+            *super()._argv(),
+            "--cluster-enabled",
+            "yes",
+            "--cluster-config-file",
+            str((self.data_dir / "nodes.conf").resolve()),
+        ]
+
+
+@pytest.fixture
+async def cluster_url(tmp_path: Path) -> AsyncIterator[str]:
+    nodes = [
+        ClusterNode(tmp_path / f"n{i}", port=_cluster_port(), appendonly=False) for i in range(3)
+    ]
+    for n in nodes:
+        await n.start()
+    try:
+        subprocess.run(  # noqa: ASYNC221 - a one-off setup command, seconds at most
+            [
+                "redis-cli",
+                "--cluster",
+                "create",
+                *(f"127.0.0.1:{n.port}" for n in nodes),
+                "--cluster-replicas",
+                "0",
+                "--cluster-yes",
+            ],
+            check=True,
+            capture_output=True,
+            timeout=60,
+        )
+        probe = connect(f"redis+cluster://127.0.0.1:{nodes[0].port}")
+        try:
+
+            async def ready() -> bool:
+                info = await probe.cluster_info()  # type: ignore[attr-defined]
+                return bool(info.get("cluster_state") == "ok")
+
+            await wait_until(ready, timeout_s=30, interval_s=0.2)
+        finally:
+            await probe.aclose()
+        yield f"redis+cluster://127.0.0.1:{nodes[0].port}"
+    finally:
+        for n in nodes:
+            await n.kill()
+
+
+async def test_jobs_of_every_partition_complete_on_a_cluster(cluster_url: str) -> None:
+    """Three partitions over three nodes: enqueue (with and without claims), take, progress,
+    commit and events all work; a repeat of a claimed key returns its job."""
+    settings: Settings = engine_settings(cluster_url, partitions=3, worker_concurrency=8)
+    redis = connect(cluster_url)
+    queue = JobQueue(redis, settings)
+    await queue.setup()
+    ids = []
+    for i in range(24):
+        spec = JobSpec(
+            tenant="t",
+            quality="preview" if i % 2 else "full",
+            idempotency_key=f"key-{i}" if i % 3 == 0 else "",
+        )
+        ids.append((await queue.enqueue(spec)).job_id)
+    assert {int(i[4:7]) for i in ids} == {0, 1, 2}
+    repeat = await queue.enqueue(JobSpec(tenant="t", idempotency_key="key-0"))
+    assert (repeat.created, repeat.job_id) == (False, ids[0])
+
+    async def handler(ctx: JobContext) -> JobOutcome:
+        await ctx.progress(0.5, "half")
+        return JobOutcome(artifacts={"result": ctx.job.id})
+
+    worker = Worker(queue, settings, handler)
+    task = asyncio.create_task(worker.run())
+    try:
+
+        async def all_done() -> bool:
+            jobs = [await queue.get(i) for i in ids]
+            return all(j is not None and j.status == "completed" for j in jobs)
+
+        await wait_until(all_done, timeout_s=30, interval_s=0.1)
+    finally:
+        worker.stop()
+        await asyncio.wait_for(task, 15)
+    for p in range(3):
+        for stream in STREAMS:
+            assert await redis.xlen(queue.keys.stream(p, stream)) == 0
+    completed = 0
+    for p in range(3):
+        entries = await redis.xrange(queue.keys.events(p))
+        completed += sum(1 for _, f in entries if f["type"].endswith(".completed"))
+    assert completed == len(ids)
+    await redis.aclose()
