@@ -105,7 +105,9 @@ async def submit_job(request: web.Request) -> web.Response:
             {"Retry-After": str(max(1, math.ceil(retry_ms / 1000)))},
         )
     idem_header = idempotency_key(request)
-    submission = await read_submission(request, settings.max_upload_bytes)
+    submission = await read_submission(
+        request, settings.max_upload_bytes, settings.webhook_allow_private
+    )
     try:
         image = await asyncio.to_thread(validate_image, submission.image, settings.max_image_pixels)
     except ImageRejected as exc:

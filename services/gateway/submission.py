@@ -12,7 +12,6 @@ import hashlib
 import re
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import urlsplit
 
 import orjson
 from aiohttp import BodyPartReader, web
@@ -20,6 +19,7 @@ from aiohttp.http_exceptions import HttpProcessingError
 
 from services.gateway.problems import ApiError, invalid_request
 from shared.events import EventType
+from shared.ssrf import UrlRejected, check_url
 
 PARAMS = frozenset({"quality", "webhook_url", "webhook_events", "metadata", "cache"})
 QUALITIES = ("preview", "full")
@@ -62,7 +62,7 @@ class Submission:
         return hashlib.sha256(payload).hexdigest()
 
 
-def parse_params(raw: Any) -> Params:
+def parse_params(raw: Any, allow_private_webhooks: bool = False) -> Params:
     """Validate the params object; 400 `invalid_request` naming the offending field."""
     if not isinstance(raw, dict):
         raise invalid_request("params must be a JSON object")
@@ -74,7 +74,7 @@ def parse_params(raw: Any) -> Params:
         raise invalid_request(f"quality must be one of {list(QUALITIES)}, got {quality!r}")
     webhook_url = raw.get("webhook_url") or ""
     if webhook_url:
-        _check_webhook_url(webhook_url)
+        _check_webhook_url(webhook_url, allow_private_webhooks)
     events = raw.get("webhook_events", [])
     names = {e.value for e in EventType}
     if not isinstance(events, list) or not all(isinstance(e, str) for e in events):
@@ -95,17 +95,15 @@ def parse_params(raw: Any) -> Params:
     return Params(quality, webhook_url, tuple(dict.fromkeys(events)), metadata, cache)
 
 
-def _check_webhook_url(url: Any) -> None:
-    if not isinstance(url, str) or len(url) > MAX_URL_LENGTH:
-        raise invalid_request(f"webhook_url must be a URL of at most {MAX_URL_LENGTH} chars")
+def _check_webhook_url(url: Any, allow_private: bool) -> None:
+    """The SSRF guard's registration-time check (https only, public hosts only, unless
+    SPLATQ_WEBHOOK_ALLOW_PRIVATE); the dispatcher checks every address again at connect."""
+    if not isinstance(url, str):
+        raise invalid_request("webhook_url must be a string")
     try:
-        parts = urlsplit(url)
-    except ValueError:
-        raise invalid_request("webhook_url is not a valid URL") from None
-    if parts.scheme not in {"http", "https"} or not parts.hostname:
-        raise invalid_request("webhook_url must be an http(s) URL with a host")
-    if parts.username or parts.password:
-        raise invalid_request("webhook_url must not carry credentials")
+        check_url(url, allow_private=allow_private, require_https=not allow_private)
+    except UrlRejected as exc:
+        raise invalid_request(f"webhook_url rejected ({exc.code}): {exc.message}") from None
 
 
 def idempotency_key(request: web.Request) -> str:
@@ -117,14 +115,16 @@ def idempotency_key(request: web.Request) -> str:
     return key
 
 
-async def read_submission(request: web.Request, max_bytes: int) -> Submission:
+async def read_submission(
+    request: web.Request, max_bytes: int, allow_private_webhooks: bool = False
+) -> Submission:
     """Read a multipart or JSON submission, never more than `max_bytes` of body."""
     declared = request.content_length
     if declared is not None and declared > max_bytes:
         raise _too_large(max_bytes)
     ctype = request.content_type
     if ctype == "multipart/form-data":
-        return await _read_multipart(request, max_bytes)
+        return await _read_multipart(request, max_bytes, allow_private_webhooks)
     if ctype == "application/json":
         body = await _read_capped(request, max_bytes)
         try:
@@ -136,7 +136,7 @@ async def read_submission(request: web.Request, max_bytes: int) -> Submission:
         image = doc.pop("image", None)
         if not isinstance(image, str) or not image:
             raise invalid_request("image must be a base64 string or a data: URL")
-        return Submission(_decode_base64_image(image), parse_params(doc))
+        return Submission(_decode_base64_image(image), parse_params(doc, allow_private_webhooks))
     raise ApiError(
         415, "unsupported_media_type",
         f"Content-Type must be multipart/form-data or application/json, got {ctype!r}",
@@ -154,7 +154,9 @@ async def _read_capped(request: web.Request, max_bytes: int) -> bytes:
     return b"".join(chunks)
 
 
-async def _read_multipart(request: web.Request, max_bytes: int) -> Submission:
+async def _read_multipart(
+    request: web.Request, max_bytes: int, allow_private_webhooks: bool
+) -> Submission:
     try:
         reader = await request.multipart()
     except (ValueError, AssertionError, HttpProcessingError) as exc:
@@ -183,7 +185,8 @@ async def _read_multipart(request: web.Request, max_bytes: int) -> Submission:
             image = bytes(data)
         else:
             try:
-                params = parse_params(orjson.loads(bytes(data)) if data else {})
+                raw = orjson.loads(bytes(data)) if data else {}
+                params = parse_params(raw, allow_private_webhooks)
             except orjson.JSONDecodeError as exc:
                 raise invalid_request(f"params part is not valid JSON: {exc}") from None
     if image is None:

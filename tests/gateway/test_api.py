@@ -115,6 +115,9 @@ async def test_unauthenticated_requests_get_401(
         ({"colour": "red"}, "colour"),
         ({"webhook_url": "ftp://example.com/x"}, "webhook_url"),
         ({"webhook_url": "https://user:pw@example.com/x"}, "webhook_url"),
+        ({"webhook_url": "https://127.0.0.1/hook"}, "webhook_url"),
+        ({"webhook_url": "https://169.254.169.254/latest/meta-data"}, "webhook_url"),
+        ({"webhook_url": "http://example.com/hook"}, "webhook_url"),
         ({"webhook_events": ["3d_reconstruction.exploded"]}, "webhook_events"),
         ({"metadata": {"blob": "x" * 5000}}, "metadata"),
         ({"metadata": [1, 2]}, "metadata"),
@@ -435,3 +438,16 @@ async def test_event_ids_redis_would_refuse_get_400_not_a_hang(client: Client, l
         f"/v1/jobs/{job['id']}/events", headers={**AUTH_A, "Last-Event-ID": last}
     )
     await problem(resp, 400, "invalid_request")
+
+
+async def test_private_webhook_urls_are_allowed_only_when_configured(
+    make_client: ClientFactory,
+) -> None:
+    """SPLATQ_WEBHOOK_ALLOW_PRIVATE=1 (development) admits a loopback http webhook_url."""
+    client = await make_client(webhook_allow_private=True)
+    resp = await client.post(
+        "/v1/jobs",
+        data=form(params={"webhook_url": "http://127.0.0.1:9000/hook"}),
+        headers=AUTH_A,
+    )
+    assert resp.status == 202
