@@ -444,42 +444,14 @@ class JobQueue:
                 out.append((str(reply[0]), str(reply[1]) if len(reply) > 1 else ""))
         return out
 
-    async def read_new(
-        self,
-        partition: int,
-        counts: Mapping[StreamName, int],
-        consumer: str,
-        block_ms: int | None,
+    async def wait_for_new(
+        self, partition: int, streams: Sequence[StreamName], consumer: str, block_ms: int
     ) -> list[StreamEntry]:
-        """XREADGROUP `>` with at most `counts[stream]` entries per stream.
-
-        One call per distinct count (XREADGROUP's COUNT is per stream); blocking only when a
-        single call covers every stream asked for.
-        """
-        wanted = {s: n for s, n in counts.items() if n > 0}
-        if not wanted:
-            return []
-        out: list[StreamEntry] = []
-        if block_ms is not None:
-            n = min(wanted.values())
-            streams: dict[Any, Any] = {self.keys.stream(partition, s): ">" for s in wanted}
-            reply = await self.redis.xreadgroup(
-                self.group,
-                consumer,
-                streams,
-                count=n,
-                block=block_ms,
-            )
-            out.extend(self._entries(partition, reply))
-            return out
-        pipe = self.redis.pipeline(transaction=False)
-        for stream, n in wanted.items():
-            pipe.xreadgroup(
-                self.group, consumer, {self.keys.stream(partition, stream): ">"}, count=n
-            )
-        for reply in await pipe.execute():
-            out.extend(self._entries(partition, reply))
-        return out
+        """Blocking XREADGROUP `>` for at most one new entry per stream (the idle worker's
+        wait; `take` reads the rest). Blocking reads cannot run inside a script."""
+        keys: dict[Any, Any] = {self.keys.stream(partition, s): ">" for s in streams}
+        reply = await self.redis.xreadgroup(self.group, consumer, keys, count=1, block=block_ms)
+        return self._entries(partition, reply)
 
     def _entries(self, partition: int, reply: Any) -> list[StreamEntry]:
         entries: list[StreamEntry] = []

@@ -288,7 +288,7 @@ class Worker:
             block_ms = min(block_ms, int(IDLE_POLL_S * 1000))
         partition = self.partitions[self._rotation % len(self.partitions)]
         return await self._start(
-            await self.queue.read_new(partition, dict.fromkeys(STREAMS, 1), self.consumer, block_ms)
+            await self.queue.wait_for_new(partition, STREAMS, self.consumer, block_ms)
         )
 
     def _partition_order(self) -> list[int]:
