@@ -12,6 +12,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from services.client_cli import add_commands, run_client_command
+from services.dlq_cli import add_commands as add_dlq_commands
+from services.dlq_cli import run_dlq_command
 from services.stack import run_stack
 from shared.settings import Settings, SettingsError
 from shared.worker import load_handler_factory
@@ -28,6 +30,7 @@ def _parser() -> argparse.ArgumentParser:
     up.add_argument("--data-dir", default=None, help="where var/redis lives (default ./var)")
     sub.add_parser("gateway", help="run the REST gateway (SPLATQ_GATEWAY_PORT)")
     add_commands(sub)
+    add_dlq_commands(sub)
     d = sub.add_parser("demo", help="run the stack, reconstruct the bundled sample, verify")
     d.add_argument("--quality", choices=["preview", "full"], default="preview")
     d.add_argument("--out", default="out", help="where the artifacts go (default ./out)")
@@ -51,6 +54,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_CONFIG
     if args.command in {"submit", "status", "cancel"}:
         return run_client_command(args, settings)
+    if args.command == "dlq":
+        return run_dlq_command(args, settings)
     commands: dict[str, Callable[[argparse.Namespace, Settings], int]] = {
         "up": _up,
         "demo": _demo,

@@ -18,7 +18,7 @@ from redis.exceptions import ResponseError
 
 from shared import events
 from shared.events import EventType
-from shared.ids import new_event_id, new_job_id, new_trace_id, partition_of
+from shared.ids import is_job_id, new_event_id, new_job_id, new_trace_id, partition_of
 from shared.jobs import JOB_FORMAT_VERSION, JobRecord, JobSpec, pairs_to_dict
 from shared.keys import STREAMS, KeySchema, StreamName
 from shared.scripts import Arg, Script, ScriptCall, ScriptRunner
@@ -95,6 +95,33 @@ class Finish:
     claim_status: str = ""
     handoff: bool = False
     fields: Mapping[str, str] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class DeadLetter:
+    """One entry of a partition's job dead-letter stream."""
+
+    partition: int
+    entry_id: str
+    fields: Mapping[str, str]
+
+    @property
+    def id(self) -> str:
+        """Operator-facing id: `<partition>/<entry id>`."""
+        return f"{self.partition}/{self.entry_id}"
+
+    @property
+    def reason(self) -> str:
+        return self.fields.get("reason", "")
+
+    @property
+    def job_id(self) -> str:
+        return self.fields.get("job") or self.fields.get("raw_job", "")
+
+    @property
+    def at_ms(self) -> int:
+        raw = self.fields.get("at_ms", "")
+        return int(raw) if raw.isdigit() else int(self.entry_id.split("-", 1)[0])
 
 
 @dataclass(frozen=True, slots=True)
@@ -594,6 +621,53 @@ class JobQueue:
         """Entries in a stream partition (waiting + running: acked entries are deleted)."""
         return int(await self.redis.xlen(self.keys.stream(partition, stream)))
 
+    # -- dead letters (operators) ----------------------------------------------------------
+
+    async def dead_letters(self, partition: int, count: int = 10_000) -> list[DeadLetter]:
+        entries = await self.redis.xrange(self.keys.dead_letters(partition), count=count)
+        return [DeadLetter(partition, eid, dict(f)) for eid, f in entries]
+
+    async def dead_letter(self, dlq_id: str) -> DeadLetter | None:
+        partition, entry_id = parse_dead_letter_id(dlq_id)
+        entries = await self.redis.xrange(self.keys.dead_letters(partition), entry_id, entry_id)
+        return DeadLetter(partition, entries[0][0], dict(entries[0][1])) if entries else None
+
+    async def redrive(self, letter: DeadLetter) -> tuple[str, str]:
+        """Re-enqueue a dead-lettered job: (redriven | gone | not_redrivable, detail)."""
+        job_id = letter.fields.get("job", "")
+        if not job_id or not is_job_id(job_id) or partition_of(job_id) != letter.partition:
+            return "not_redrivable", f"entry has no job of this partition ({letter.reason})"
+        job = await self.get(job_id)
+        keys = [
+            self.keys.dead_letters(letter.partition),
+            self.keys.job(job_id),
+            self.keys.stream(letter.partition, job.stream if job else StreamName.SYNTHESIS),
+            self.keys.events(letter.partition),
+        ]
+        if job is not None and job.claim_key:
+            keys.append(job.claim_key)
+        reply = await self.scripts.run(
+            ScriptCall(
+                Script.REDRIVE,
+                keys,
+                [
+                    letter.entry_id,
+                    self.settings.stream_maxlen,
+                    new_event_id(),
+                    self.settings.events_maxlen,
+                    EventType.QUEUED.value,
+                    self._claim_ttl_ms,
+                    events.queued_fields(job.quality if job else "", keys[2].rsplit(":", 1)[1]),
+                ],
+            )
+        )
+        _raise_on_error(reply)
+        return str(reply[0]), str(reply[1]) if len(reply) > 1 else ""
+
+    async def purge_dead_letter(self, letter: DeadLetter) -> bool:
+        deleted = await self.redis.xdel(self.keys.dead_letters(letter.partition), letter.entry_id)
+        return bool(deleted)
+
     # -- operators and metrics -----------------------------------------------------------
 
     async def stream_stats(self, partition: int, stream: StreamName) -> StreamStats:
@@ -647,6 +721,15 @@ class JobQueue:
         )
         _raise_on_error(reply)
         return int(reply)
+
+
+def parse_dead_letter_id(dlq_id: str) -> tuple[int, str]:
+    """`<partition>/<entry id>` -> (partition, entry id); ValueError otherwise."""
+    partition, sep, entry_id = dlq_id.partition("/")
+    ms, dash, seq = entry_id.partition("-")
+    if not (sep and dash and partition.isdigit() and ms.isdigit() and seq.isdigit()):
+        raise ValueError(f"not a dead-letter id (expected <partition>/<entry id>): {dlq_id!r}")
+    return int(partition), entry_id
 
 
 def _parse_job(flat: list[str]) -> tuple[JobRecord | None, str]:

@@ -37,6 +37,7 @@ class Script(StrEnum):
     DEAD_LETTER_ENTRY = "dead_letter_entry"
     PRUNE_CONSUMERS = "prune_consumers"
     RATE_LIMIT = "rate_limit"
+    REDRIVE = "redrive"
 
 
 def _source(name: str) -> str:

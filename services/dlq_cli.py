@@ -1,0 +1,167 @@
+"""`splatq dlq list | show | redrive | purge`: operate the job dead-letter streams.
+
+Talks to Redis directly (SPLATQ_REDIS_URL), through `JobQueue`. Exit codes: 0 done, 1 nothing
+matched, 3 some entries could not be redriven/purged (or a bad id), 78 configuration.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from datetime import UTC, datetime
+from typing import Any
+
+import orjson
+
+from shared.queue import DeadLetter, JobQueue
+from shared.redis_client import connect
+from shared.settings import Settings
+
+EXIT_OK, EXIT_NONE, EXIT_REFUSED = 0, 1, 3
+
+
+def add_commands(sub: Any) -> None:
+    dlq = sub.add_parser("dlq", help="inspect, redrive or purge dead-lettered jobs")
+    verbs = dlq.add_subparsers(dest="dlq_command", required=True)
+    lst = verbs.add_parser("list", help="list dead-letter entries")
+    show = verbs.add_parser("show", help="show one entry")
+    show.add_argument("id", help="<partition>/<entry id>, as `list` prints")
+    for name in ("redrive", "purge"):
+        p = verbs.add_parser(name, help=f"{name} entries (by id, or --all with filters)")
+        p.add_argument("ids", nargs="*", help="<partition>/<entry id> ...")
+        p.add_argument("--all", action="store_true", help="every entry matching the filters")
+        p.add_argument("--dry-run", action="store_true", help="say what would happen, do nothing")
+    for p in (lst, *(verbs.choices[n] for n in ("redrive", "purge"))):
+        p.add_argument("--kind", choices=["jobs", "webhooks"], default="jobs")
+        p.add_argument("--code", default=None, help="only entries with this reason code")
+        p.add_argument("--since", default=None, help="only entries since (ISO 8601 or Unix s)")
+    for p in verbs.choices.values():
+        p.add_argument("--json", action="store_true", help="machine-readable output")
+
+
+def run_dlq_command(args: argparse.Namespace, settings: Settings) -> int:
+    if getattr(args, "kind", "jobs") == "webhooks":
+        print(
+            "splatq dlq: webhook dead letters arrive with the webhook dispatcher", file=sys.stderr
+        )
+        return EXIT_NONE
+    try:
+        since_ms = _parse_since(args.since) if getattr(args, "since", None) else None
+    except ValueError as exc:
+        print(f"splatq dlq: {exc}", file=sys.stderr)
+        return EXIT_REFUSED
+    return asyncio.run(_run(args, settings, since_ms))
+
+
+def _parse_since(value: str) -> int:
+    if value.replace(".", "", 1).isdigit():
+        return int(float(value) * 1000)
+    try:
+        moment = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        raise ValueError(f"--since must be ISO 8601 or Unix seconds, got {value!r}") from None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    return int(moment.timestamp() * 1000)
+
+
+def _describe(letter: DeadLetter) -> dict[str, Any]:
+    return {
+        "id": letter.id,
+        "reason": letter.reason,
+        "job_id": letter.job_id or None,
+        "at": datetime.fromtimestamp(letter.at_ms / 1000, UTC).isoformat(),
+        "fields": dict(letter.fields),
+    }
+
+
+async def _run(args: argparse.Namespace, settings: Settings, since_ms: int | None) -> int:
+    redis = connect(settings.redis_url, client_name="splatq-dlq")
+    queue = JobQueue(redis, settings)
+    try:
+        await queue.scripts.load()
+        if args.dlq_command == "show":
+            try:
+                letter = await queue.dead_letter(args.id)
+            except ValueError as exc:
+                print(f"splatq dlq: {exc}", file=sys.stderr)
+                return EXIT_REFUSED
+            if letter is None:
+                print(f"splatq dlq: no entry {args.id}", file=sys.stderr)
+                return EXIT_NONE
+            print(orjson.dumps(_describe(letter), option=orjson.OPT_INDENT_2).decode())
+            return EXIT_OK
+        letters = await _select(queue, args, since_ms)
+        if letters is None:
+            return EXIT_REFUSED
+        if args.dlq_command == "list":
+            return _print_list(letters, args.json)
+        return await _act(queue, args, letters)
+    finally:
+        await redis.aclose()
+
+
+async def _select(
+    queue: JobQueue, args: argparse.Namespace, since_ms: int | None
+) -> list[DeadLetter] | None:
+    if args.dlq_command in {"redrive", "purge"} and not args.all and not args.ids:
+        print(f"splatq dlq {args.dlq_command}: give entry ids or --all", file=sys.stderr)
+        return None
+    if args.dlq_command in {"redrive", "purge"} and args.ids:
+        letters = []
+        for dlq_id in args.ids:
+            try:
+                letter = await queue.dead_letter(dlq_id)
+            except ValueError as exc:
+                print(f"splatq dlq: {exc}", file=sys.stderr)
+                return None
+            if letter is None:
+                print(f"splatq dlq: no entry {dlq_id}", file=sys.stderr)
+                return None
+            letters.append(letter)
+    else:
+        letters = [
+            letter
+            for p in range(queue.settings.partitions)
+            for letter in await queue.dead_letters(p)
+        ]
+    return [
+        letter for letter in letters
+        if (args.code is None or letter.reason == args.code)
+        and (since_ms is None or letter.at_ms >= since_ms)
+    ]  # fmt: skip
+
+
+def _print_list(letters: list[DeadLetter], as_json: bool) -> int:
+    if as_json:
+        print(orjson.dumps([_describe(x) for x in letters]).decode())
+    else:
+        for x in letters:
+            print(f"{x.id}  {x.reason:<26} {x.job_id or '-':<36} {_describe(x)['at']}")
+    return EXIT_OK if letters else EXIT_NONE
+
+
+async def _act(queue: JobQueue, args: argparse.Namespace, letters: list[DeadLetter]) -> int:
+    results: list[dict[str, Any]] = []
+    refused = 0
+    for letter in letters:
+        if args.dry_run:
+            outcome, detail = "would_" + args.dlq_command, ""
+        elif args.dlq_command == "redrive":
+            outcome, detail = await queue.redrive(letter)
+        else:
+            outcome = "purged" if await queue.purge_dead_letter(letter) else "gone"
+            detail = ""
+        refused += outcome in {"not_redrivable", "gone"}
+        results.append(
+            {"id": letter.id, "job_id": letter.job_id or None, "outcome": outcome, "detail": detail}
+        )
+    if args.json:
+        print(orjson.dumps(results).decode())
+    else:
+        for r in results:
+            print(f"{r['id']}  {r['outcome']}  {r['job_id'] or ''} {r['detail']}".rstrip())
+    if not letters:
+        return EXIT_NONE
+    return EXIT_REFUSED if refused else EXIT_OK

@@ -1,0 +1,37 @@
+-- redrive: put a dead-lettered job back in line: failed -> queued (an edge of the state
+-- machine), deliveries reset, a fresh stream entry, its claim live again, a `queued` event,
+-- and the dead-letter entry removed -- in one step, so a redrive happens once or not at all.
+-- KEYS (one slot): 1 dead-letter stream, 2 job hash, 3 work stream, 4 events stream,
+--                  5 claim key (optional)
+-- ARGV: 1 dead-letter entry id, 2 stream_maxlen, 3 event_id, 4 events_maxlen,
+--       5 queued event name, 6 claim_ttl_ms, 7 event extra JSON
+-- Returns {'redriven', new entry id} | {'gone'} | {'not_redrivable', why}
+if #redis.call('XRANGE', KEYS[1], ARGV[1], ARGV[1]) == 0 then
+  return {'gone'}
+end
+local st = redis.call('HMGET', KEYS[2], 'status', 'id', 'trace_id')
+local status, job_id = st[1], st[2]
+if not status then
+  return {'not_redrivable', 'no job record'}
+end
+if not can_move(status, 'queued') then
+  return {'not_redrivable', 'job is ' .. status}
+end
+local now = now_ms()
+redis.call('HSET', KEYS[2], 'status', 'queued', 'stage', 'redriven', 'deliveries', 0,
+  'updated_at_ms', now, 'cancel_requested', '0')
+redis.call('HDEL', KEYS[2], 'error_code', 'error_message', 'error_retryable', 'completed_at_ms')
+redis.call('HINCRBY', KEYS[2], 'redrives', 1)
+redis.call('PERSIST', KEYS[2])
+local entry_id = redis.call('XADD', KEYS[3], 'MAXLEN', '~', ARGV[2], '*',
+  'v', '1', 'job', job_id, 'trace', st[3] or '', 'claim', KEYS[5] or '')
+redis.call('HSET', KEYS[2], 'entry_id', entry_id)
+if KEYS[5] then
+  local held = claim_holder(KEYS[5])
+  if not held or held[2] == job_id then
+    redis.call('SET', KEYS[5], 'PENDING ' .. job_id, 'PX', ARGV[6])
+  end
+end
+emit(KEYS[4], ARGV[4], KEYS[2], ARGV[3], ARGV[5], ARGV[7])
+redis.call('XDEL', KEYS[1], ARGV[1])
+return {'redriven', entry_id}

@@ -1,0 +1,117 @@
+"""`splatq dlq`: list, show, redrive and purge dead-lettered jobs, as an operator would."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+
+import orjson
+import pytest
+from redis.asyncio import Redis
+
+from shared.keys import StreamName
+from shared.queue import JobQueue
+from shared.reaper import Reaper
+from shared.redis_server import RedisServer
+from tests.conftest import REPO_ROOT, WorkerFactory, spec, wait_for_status, wait_until
+from tests.system.conftest import worker_env
+
+pytestmark = pytest.mark.slow
+
+
+async def splatq_dlq(redis_url: str, *args: str) -> tuple[int, str, str]:
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "services.cli",
+        "dlq",
+        *args,
+        cwd=REPO_ROOT,
+        env=worker_env(redis_url),
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await asyncio.wait_for(proc.communicate(), timeout=60)
+    assert proc.returncode is not None
+    return proc.returncode, out.decode(), err.decode()
+
+
+async def _dead_letter_a_job(queue: JobQueue, redis: Redis) -> str:
+    """A job whose worker died with its last allowed delivery: the reaper dead-letters it."""
+    job_id = (await queue.enqueue(spec(order="X-1"))).job_id
+    [taken] = await queue.take(0, {StreamName.INTERACTIVE: 1}, 1, "dead-worker")
+    assert taken.outcome == "started"
+    await redis.delete(queue.keys.lease(job_id))
+    await redis.hset(queue.keys.job(job_id), "deliveries", queue.settings.max_deliveries)
+    reaper = Reaper(queue, "reaper", 0.0)
+
+    async def dead() -> bool:
+        await reaper.reap_stale_entries(0, StreamName.INTERACTIVE, 5)
+        job = await queue.get(job_id)
+        return job is not None and job.status == "failed"
+
+    await wait_until(dead, timeout_s=10, interval_s=0.2)
+    return job_id
+
+
+async def test_list_show_redrive_and_the_job_completes(
+    queue: JobQueue, redis: Redis, redis_server: RedisServer, start_worker: WorkerFactory
+) -> None:
+    """A dead-lettered job is listed with its reason, shown, left alone by --dry-run, and
+    redriven: queued again with deliveries reset, then completed by a worker."""
+    job_id = await _dead_letter_a_job(queue, redis)
+    failed = await queue.get(job_id)
+    assert failed is not None
+    assert failed.error is not None
+    assert failed.error.code == "dead_lettered"
+
+    code, out, _ = await splatq_dlq(redis_server.url, "list", "--json")
+    assert code == 0
+    [entry] = orjson.loads(out)
+    assert (entry["job_id"], entry["reason"]) == (job_id, "max_deliveries_exceeded")
+
+    code, out, _ = await splatq_dlq(redis_server.url, "show", entry["id"])
+    assert code == 0
+    assert orjson.loads(out)["fields"]["deliveries"] == str(queue.settings.max_deliveries)
+
+    code, out, _ = await splatq_dlq(redis_server.url, "redrive", "--all", "--dry-run", "--json")
+    assert code == 0
+    assert orjson.loads(out)[0]["outcome"] == "would_redrive"
+    assert (await queue.get(job_id)).status == "failed"  # type: ignore[union-attr]
+
+    code, out, _ = await splatq_dlq(redis_server.url, "redrive", entry["id"], "--json")
+    assert code == 0, out
+    assert orjson.loads(out)[0]["outcome"] == "redriven"
+    queued = await queue.get(job_id)
+    assert queued is not None
+    assert (queued.status, queued.deliveries, queued.error) == ("queued", 0, None)
+    assert await redis.xlen(queue.keys.dead_letters(0)) == 0
+    await start_worker()
+    done = await wait_for_status(queue, job_id, {"completed"})
+    assert done.metadata == {"order": "X-1"}
+
+
+async def test_malformed_entries_cannot_be_redriven_but_can_be_purged(
+    queue: JobQueue, redis: Redis, redis_server: RedisServer, start_worker: WorkerFactory
+) -> None:
+    """An entry with no job is refused by redrive (exit 3) and removed by purge; filters
+    by --code select entries; a bad id is a usage error."""
+    await redis.xadd(queue.keys.stream(0, StreamName.INTERACTIVE), {"garbage": "1"})
+    good = await queue.enqueue(spec())
+    await start_worker()
+    await wait_for_status(queue, good.job_id, {"completed"})
+    code, out, _ = await splatq_dlq(redis_server.url, "list", "--code", "missing_fields", "--json")
+    assert code == 0
+    [entry] = orjson.loads(out)
+    code, out, _ = await splatq_dlq(redis_server.url, "redrive", entry["id"], "--json")
+    assert code == 3
+    assert orjson.loads(out)[0]["outcome"] == "not_redrivable"
+    code, _, _ = await splatq_dlq(redis_server.url, "list", "--code", "unknown_job")
+    assert code == 1
+    code, _, err = await splatq_dlq(redis_server.url, "show", "not-an-id")
+    assert code == 3
+    assert "not a dead-letter id" in err
+    code, out, _ = await splatq_dlq(redis_server.url, "purge", "--all", "--json")
+    assert code == 0
+    assert orjson.loads(out)[0]["outcome"] == "purged"
+    assert await redis.xlen(queue.keys.dead_letters(0)) == 0
