@@ -1,4 +1,4 @@
-"""The dead-letter redriver: inspects and re-enqueues dead-lettered jobs (not built yet).
+"""The dead-letter redriver service (an automatic redrive policy): not built yet.
 
-The engine already writes the per-partition dead-letter streams it will read.
+Operators redrive by hand today with `splatq dlq` (services/dlq_cli.py, redrive.lua).
 """
