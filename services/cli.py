@@ -29,6 +29,7 @@ def _parser() -> argparse.ArgumentParser:
     up = sub.add_parser("up", help="run the local stack in the foreground (Ctrl-C stops it)")
     up.add_argument("--data-dir", default=None, help="where var/redis lives (default ./var)")
     sub.add_parser("gateway", help="run the REST gateway (SPLATQ_GATEWAY_PORT)")
+    sub.add_parser("dispatcher", help="run the webhook dispatcher")
     add_commands(sub)
     add_dlq_commands(sub)
     d = sub.add_parser("demo", help="run the stack, reconstruct the bundled sample, verify")
@@ -60,6 +61,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "up": _up,
         "demo": _demo,
         "gateway": _gateway,
+        "dispatcher": _dispatcher,
         "worker": lambda a, s: _worker(s, a.handler, a.concurrency),
     }
     return commands[args.command](args, settings) if args.command in commands else EXIT_USAGE
@@ -76,6 +78,13 @@ def _demo(args: argparse.Namespace, settings: Settings) -> int:
 
     out = Path(args.out)
     return asyncio.run(run_stack(settings, lambda s: run_demo(s, out, args.quality)))
+
+
+def _dispatcher(args: argparse.Namespace, settings: Settings) -> int:
+    from services.webhook_dispatcher.__main__ import run  # noqa: PLC0415
+
+    asyncio.run(run(settings))
+    return 0
 
 
 def _gateway(args: argparse.Namespace, settings: Settings) -> int:

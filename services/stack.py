@@ -36,6 +36,7 @@ def services_to_run(settings: Settings) -> list[ServiceSpec]:
     return [
         ServiceSpec("gateway", (sys.executable, "-m", "services.cli", "gateway")),
         ServiceSpec("worker", (sys.executable, "-m", "services.cli", "worker")),
+        ServiceSpec("dispatcher", (sys.executable, "-m", "services.cli", "dispatcher")),
     ]
 
 

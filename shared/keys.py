@@ -54,6 +54,25 @@ class KeySchema:
         """The job's own event history (SSE replays it); written by the outbox helper."""
         return f"{self.job(job_id)}:events"
 
+    def job_deliveries(self, job_id: str) -> str:
+        """The job's webhook delivery log (attempts, newest first)."""
+        return f"{self.job(job_id)}:deliveries"
+
+    def webhook_message(self, partition: int, message_id: str) -> str:
+        """One (event, endpoint) delivery with its own state."""
+        return f"{self.tag(partition)}:wh:msg:{message_id}"
+
+    def webhook_due(self, partition: int) -> str:
+        """Sorted set of message ids scored by their next attempt time (ms)."""
+        return f"{self.tag(partition)}:wh:due"
+
+    def webhook_dead_letters(self, partition: int) -> str:
+        return f"{self.tag(partition)}:dlq:webhooks"
+
+    def tenant_webhook_secret(self, tenant: str) -> str:
+        """The tenant's `whsec_` signing secret: its own hash tag, its own slot."""
+        return f"{self.prefix}:{{tenant:{tenant}}}:whsec"
+
     def rate_limit(self, tenant: str) -> str:
         """A tenant's token bucket: its own hash tag, so its one script has one slot."""
         return f"{self.prefix}:{{rl:{tenant}}}:bucket"

@@ -38,6 +38,9 @@ class Script(StrEnum):
     PRUNE_CONSUMERS = "prune_consumers"
     RATE_LIMIT = "rate_limit"
     REDRIVE = "redrive"
+    WH_FANOUT = "wh_fanout"
+    WH_CLAIM = "wh_claim"
+    WH_RESULT = "wh_result"
 
 
 def _source(name: str) -> str:

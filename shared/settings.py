@@ -129,6 +129,9 @@ class Settings:
     webhook_max_attempts: int = 18
     webhook_retry_base_ms: int = 5_000
     webhook_retry_cap_ms: int = 36_000_000
+    webhook_timeout_s: float = 15.0
+    webhook_concurrency: int = 64
+    webhook_concurrency_per_host: int = 4
 
     device: str = "auto"
     model: str = "builtin"
@@ -242,6 +245,11 @@ class Settings:
                 e, "SPLATQ_WEBHOOK_RETRY_BASE_MS", d.webhook_retry_base_ms, 1
             ),
             webhook_retry_cap_ms=_int(e, "SPLATQ_WEBHOOK_RETRY_CAP_MS", d.webhook_retry_cap_ms, 1),
+            webhook_timeout_s=_float(e, "SPLATQ_WEBHOOK_TIMEOUT_S", d.webhook_timeout_s, 0.1, 300),
+            webhook_concurrency=_int(e, "SPLATQ_WEBHOOK_CONCURRENCY", d.webhook_concurrency, 1),
+            webhook_concurrency_per_host=_int(
+                e, "SPLATQ_WEBHOOK_CONCURRENCY_PER_HOST", d.webhook_concurrency_per_host, 1
+            ),
             device=_choice(e, "SPLATQ_DEVICE", d.device, frozenset({"auto", "cpu", "cuda"})),
             model=e.get("SPLATQ_MODEL", "").strip() or d.model,
             model_checkpoint=e.get("SPLATQ_MODEL_CHECKPOINT", "").strip(),

@@ -224,6 +224,59 @@ def openapi_document(server_url: str) -> dict[str, Any]:
                     },
                 }
             },
+            "/v1/jobs/{job_id}/deliveries": {
+                "get": {
+                    "operationId": "jobDeliveries",
+                    "description": "Webhook delivery attempts for this job, oldest first.",
+                    "parameters": [_JOB_ID],
+                    "responses": {
+                        "200": {
+                            "description": "the attempts",
+                            "content": {
+                                "application/json": {
+                                    "schema": {
+                                        "type": "object",
+                                        "required": ["job_id", "deliveries"],
+                                        "properties": {
+                                            "job_id": {"type": "string"},
+                                            "deliveries": {
+                                                "type": "array",
+                                                "items": {"type": "object"},
+                                            },
+                                        },
+                                    }
+                                }
+                            },
+                        },
+                        **_COMMON,
+                    },
+                }
+            },
+            "/v1/webhook-secret": {
+                "get": {
+                    "operationId": "webhookSecret",
+                    "description": "The tenant's whsec_ signing secret for per-job "
+                    "webhook_urls (Standard Webhooks).",
+                    "responses": {
+                        "200": {
+                            "description": "the secret",
+                            "content": {
+                                "application/json": {
+                                    "schema": {
+                                        "type": "object",
+                                        "required": ["secret"],
+                                        "properties": {
+                                            "secret": {"type": "string"},
+                                            "scheme": {"type": "string"},
+                                        },
+                                    }
+                                }
+                            },
+                        },
+                        "401": _problem("missing or unknown API key"),
+                    },
+                }
+            },
             "/healthz": {
                 "get": {
                     "operationId": "healthz",

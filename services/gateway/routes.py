@@ -29,6 +29,7 @@ from shared.jobs import QUALITY_STREAMS, JobRecord, JobSpec
 from shared.keys import StreamName
 from shared.queue import JobQueue
 from shared.storage import ObjectNotFound, artifact_key, input_key
+from shared.webhook_store import WebhookStore
 
 log = structlog.get_logger("splatq.gateway")
 
@@ -59,6 +60,8 @@ def add_routes(app: web.Application) -> None:
     app.router.add_post("/v1/jobs/{job_id}/cancel", cancel_job)
     app.router.add_get("/v1/jobs/{job_id}/artifacts/{name}", get_artifact)
     app.router.add_get("/v1/jobs/{job_id}/events", job_events)
+    app.router.add_get("/v1/jobs/{job_id}/deliveries", job_deliveries)
+    app.router.add_get("/v1/webhook-secret", webhook_secret)
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)
     app.router.add_get("/metrics", metrics)
@@ -318,6 +321,24 @@ async def job_events(request: web.Request) -> web.StreamResponse:
             if kind.rsplit(".", 1)[-1] in TERMINAL_EVENTS:
                 await response.write_eof()
                 return response
+
+
+# -- webhooks -------------------------------------------------------------------------------
+
+
+async def job_deliveries(request: web.Request) -> web.Response:
+    """Every webhook delivery attempt for this job, oldest first."""
+    tenant = authenticate(request, request.app[SETTINGS].api_keys)
+    job = await _owned_job(request, tenant)
+    store = WebhookStore(request.app[QUEUE])
+    return _json({"job_id": job.id, "deliveries": await store.deliveries(job.id)})
+
+
+async def webhook_secret(request: web.Request) -> web.Response:
+    """The tenant's signing secret for per-job webhook_urls (created on first use)."""
+    tenant = authenticate(request, request.app[SETTINGS].api_keys)
+    secret = await WebhookStore(request.app[QUEUE]).tenant_secret(tenant)
+    return _json({"secret": secret, "scheme": "Standard Webhooks (v1, HMAC-SHA256)"})
 
 
 # -- operations -----------------------------------------------------------------------------

@@ -1,0 +1,33 @@
+"""`python -m services.webhook_dispatcher`: the webhook dispatcher (same as `splatq dispatcher`)."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+
+from services.webhook_dispatcher.dispatcher import Dispatcher
+from shared.logs import configure_logging
+from shared.queue import JobQueue
+from shared.redis_client import connect
+from shared.settings import Settings
+
+
+async def run(settings: Settings) -> None:
+    configure_logging(settings.log_level, settings.log_format, "dispatcher")
+    redis = connect(settings.redis_url, client_name="splatq-dispatcher")
+    dispatcher = Dispatcher(JobQueue(redis, settings))
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, dispatcher.stop)
+    try:
+        await dispatcher.run()
+    finally:
+        await redis.aclose()
+
+
+def main() -> None:
+    asyncio.run(run(Settings.from_env()))
+
+
+if __name__ == "__main__":
+    main()

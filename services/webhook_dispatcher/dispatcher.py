@@ -1,0 +1,224 @@
+"""The webhook dispatcher: fans each outbox event out to its targets (today: the job's
+`webhook_url`) and delivers every message signed, SSRF-guarded and retried durably.
+
+Two loops: `fan_out` reads the events streams with its own consumer group; `deliver` claims
+due messages and sends them. State lives in Redis only, so any process may die at any line.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import random
+import socket
+import time
+from typing import Any
+
+import aiohttp
+import structlog
+
+from services.webhook_dispatcher.policy import (
+    Decision,
+    classify_response,
+    retry_or_fail,
+    should_deliver,
+)
+from shared.queue import JobQueue
+from shared.ssrf import BlockedAddress, guarded_connector
+from shared.webhook_signing import signed_headers
+from shared.webhook_store import DISPATCHER_GROUP, Message, WebhookStore
+
+log = structlog.get_logger("splatq.dispatcher")
+EVENTS_RECLAIM_IDLE_MS = 30_000
+SNIPPET_BYTES = 512
+
+
+class Dispatcher:
+    def __init__(self, queue: JobQueue, rng: random.Random | None = None) -> None:
+        self.queue = queue
+        self.settings = queue.settings
+        self.store = WebhookStore(queue)
+        self.consumer = f"{socket.gethostname()}-{os.getpid()}"
+        self._rng = rng or random.Random()
+        self._stopping = asyncio.Event()
+        self._in_flight: set[asyncio.Task[None]] = set()
+        self._slots = asyncio.Semaphore(self.settings.webhook_concurrency)
+
+    def stop(self) -> None:
+        self._stopping.set()
+
+    async def run(self) -> None:
+        await self.queue.setup()
+        await self.store.setup()
+        timeout = aiohttp.ClientTimeout(
+            total=self.settings.webhook_timeout_s, connect=min(5.0, self.settings.webhook_timeout_s)
+        )
+        connector = guarded_connector(
+            self.settings.webhook_allow_private,
+            limit=self.settings.webhook_concurrency,
+            limit_per_host=self.settings.webhook_concurrency_per_host,
+        )
+        async with aiohttp.ClientSession(
+            connector=connector, timeout=timeout, trust_env=False
+        ) as http:
+            loops = [
+                asyncio.create_task(self._fan_out_loop(p)) for p in range(self.settings.partitions)
+            ]
+            loops.append(asyncio.create_task(self._deliver_loop(http)))
+            log.info("dispatcher.started", consumer=self.consumer)
+            await self._stopping.wait()
+            for t in loops:
+                t.cancel()
+            for t in loops:
+                with contextlib.suppress(asyncio.CancelledError):
+                    await t
+            if self._in_flight:
+                await asyncio.wait(self._in_flight, timeout=self.settings.shutdown_grace_s)
+        log.info("dispatcher.stopped")
+
+    # -- fan-out -----------------------------------------------------------------------
+
+    async def _fan_out_loop(self, partition: int) -> None:
+        stream = self.queue.keys.events(partition)
+        next_reclaim = 0.0
+        while True:
+            try:
+                entries: list[tuple[str, dict[str, str]]] = []
+                if time.monotonic() >= next_reclaim:
+                    # Events a dead dispatcher read but never fanned out.
+                    reply = await self.queue.redis.xautoclaim(
+                        stream,
+                        DISPATCHER_GROUP,
+                        self.consumer,
+                        EVENTS_RECLAIM_IDLE_MS,
+                        start_id="0-0",
+                        count=100,
+                    )
+                    entries.extend((eid, dict(f)) for eid, f in reply[1] if f is not None)
+                    next_reclaim = time.monotonic() + 5
+                fresh = await self.queue.redis.xreadgroup(
+                    DISPATCHER_GROUP, self.consumer, {stream: ">"}, count=100, block=500
+                )
+                for _, items in fresh or []:
+                    entries.extend((eid, dict(f)) for eid, f in items)
+                for entry_id, fields in entries:
+                    await self._fan_out_one(partition, entry_id, fields)
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("dispatcher.fan_out_failed", partition=partition)
+                await asyncio.sleep(1)
+
+    async def _fan_out_one(self, partition: int, entry_id: str, fields: dict[str, str]) -> None:
+        job_id, event_type = fields.get("job_id", ""), fields.get("type", "")
+        messages = []
+        if job_id and event_type:
+            raw = await self.queue.redis.hmget(  # type: ignore[misc]
+                self.queue.keys.job(job_id), ["webhook_url", "webhook_events"]
+            )
+            url, subscribed = raw[0] or "", tuple(e for e in (raw[1] or "").split(",") if e)
+            if url and should_deliver(event_type, subscribed):
+                messages.append({
+                    "id": f"{fields['event_id']}:job", "event_id": fields["event_id"],
+                    "event_type": event_type, "job_id": job_id,
+                    "tenant": fields.get("tenant", ""), "url": url,
+                    "payload": fields.get("payload", "{}"), "target": "job",
+                    "created_ms": str(int(time.time() * 1000)),
+                })  # fmt: skip
+        await self.store.fan_out(partition, entry_id, messages)
+
+    # -- delivery ----------------------------------------------------------------------
+
+    async def _deliver_loop(self, http: aiohttp.ClientSession) -> None:
+        # Longer than any attempt can take (the total timeout), so only a dead dispatcher's
+        # claim expires; then the message is simply due again (at-least-once).
+        visibility_ms = int(self.settings.webhook_timeout_s * 2000) + 1000
+        while True:
+            try:
+                found = 0
+                now_ms = int(time.time() * 1000)
+                for p in range(self.settings.partitions):
+                    ids = await self.store.due(p, now_ms, 100)
+                    if not ids:
+                        continue
+                    for message in await self.store.claim(p, ids, visibility_ms):
+                        found += 1
+                        await self._slots.acquire()
+                        task = asyncio.create_task(self._deliver(http, message))
+                        self._in_flight.add(task)
+                        task.add_done_callback(self._finished)
+                if not found:
+                    await asyncio.sleep(0.05)
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("dispatcher.deliver_loop_failed")
+                await asyncio.sleep(1)
+
+    def _finished(self, task: asyncio.Task[None]) -> None:
+        self._in_flight.discard(task)
+        self._slots.release()
+
+    async def _deliver(self, http: aiohttp.ClientSession, m: Message) -> None:
+        s = self.settings
+        secret = await self.store.tenant_secret(m.tenant)
+        headers = signed_headers([secret], m.event_id, int(time.time()), m.payload)
+        headers["Content-Type"] = "application/json"
+        headers["User-Agent"] = "splatq-webhooks/1"
+        started = time.perf_counter()
+        status: int | None = None
+        snippet = ""
+        try:
+            async with http.post(
+                m.url, data=m.payload, headers=headers, allow_redirects=False
+            ) as resp:
+                status = resp.status
+                snippet = (await resp.content.read(SNIPPET_BYTES)).decode(errors="replace")
+                decision = classify_response(
+                    resp.status,
+                    resp.headers.get("Retry-After"),
+                    m.attempts,
+                    s.webhook_max_attempts,
+                    s.webhook_retry_base_ms,
+                    s.webhook_retry_cap_ms,
+                    self._rng,
+                )
+        except aiohttp.ClientConnectorError as exc:
+            if isinstance(exc.os_error, BlockedAddress):
+                decision = Decision("failed", reason=f"blocked address: {exc.os_error}")
+            else:
+                decision = self._transient(m, f"connect error: {exc}")
+        except (TimeoutError, aiohttp.ClientError) as exc:
+            decision = self._transient(m, f"{type(exc).__name__}: {exc}")
+        latency_ms = round((time.perf_counter() - started) * 1000, 1)
+        attempt: dict[str, Any] = {
+            "message_id": m.id, "event_id": m.event_id, "event": m.event_type, "url": m.url,
+            "attempt": m.attempts, "at": int(time.time()), "status_code": status,
+            "latency_ms": latency_ms, "outcome": decision.outcome,
+            "error": decision.reason or None, "response": snippet or None,
+        }  # fmt: skip
+        new_status = await self.store.record(
+            m, decision.outcome, decision.delay_ms, attempt, decision.reason
+        )
+        log.info(
+            "webhook.attempt",
+            job_id=m.job_id,
+            event_id=m.event_id,
+            attempt=m.attempts,
+            status_code=status,
+            outcome=decision.outcome,
+            message_status=new_status,
+            latency_ms=latency_ms,
+        )
+
+    def _transient(self, m: Message, reason: str) -> Decision:
+        s = self.settings
+        return retry_or_fail(
+            reason,
+            m.attempts,
+            s.webhook_max_attempts,
+            s.webhook_retry_base_ms,
+            s.webhook_retry_cap_ms,
+            self._rng,
+        )

@@ -1,0 +1,326 @@
+"""The webhook dispatcher against real receivers on loopback: signed, retried durably,
+classified, isolated per endpoint, SSRF-guarded, and surviving SIGKILL."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+import pytest
+import standardwebhooks
+from aiohttp import web
+from aiohttp.test_utils import TestServer
+from redis.asyncio import Redis
+
+from services.webhook_dispatcher.dispatcher import Dispatcher
+from services.webhook_dispatcher.policy import classify_response, should_deliver
+from shared.jobs import JobSpec
+from shared.queue import JobQueue
+from shared.redis_server import RedisServer
+from shared.settings import Settings
+from shared.webhook_store import WebhookStore
+from tests.conftest import REPO_ROOT, WorkerFactory, wait_for_status, wait_until
+from tests.system.conftest import worker_env
+
+COMPLETED = "3d_reconstruction.completed"
+
+
+@dataclass
+class Receiver:
+    """A loopback HTTP receiver answering from a script of (status, headers, delay_s)."""
+
+    script: list[tuple[int, dict[str, str], float]] = field(default_factory=list)
+    calls: list[tuple[float, dict[str, str], bytes]] = field(default_factory=list)
+    url: str = ""
+
+    async def handle(self, request: web.Request) -> web.Response:
+        body = await request.read()
+        self.calls.append((time.monotonic(), dict(request.headers), body))
+        status, headers, delay = self.script.pop(0) if self.script else (200, {}, 0.0)
+        if delay:
+            await asyncio.sleep(delay)
+        return web.Response(status=status, headers=headers, text="ok")
+
+
+ReceiverFactory = Callable[..., Awaitable[Receiver]]
+
+
+@pytest.fixture
+async def receivers() -> AsyncIterator[ReceiverFactory]:
+    servers: list[TestServer] = []
+
+    async def make(*script: tuple[int, dict[str, str], float]) -> Receiver:
+        r = Receiver(list(script))
+        app = web.Application()
+        app.router.add_post("/hook", r.handle)
+        server = TestServer(app, host="127.0.0.1")
+        await server.start_server()
+        servers.append(server)
+        r.url = str(server.make_url("/hook"))
+        return r
+
+    yield make
+    for s in servers:
+        await s.close()
+
+
+def dispatcher_settings(settings: Settings, **kw: Any) -> Settings:
+    base: dict[str, Any] = {
+        "webhook_allow_private": True, "webhook_retry_base_ms": 20,
+        "webhook_retry_cap_ms": 200, "webhook_max_attempts": 5, "webhook_timeout_s": 3.0,
+    }  # fmt: skip
+    return settings.with_overrides(**{**base, **kw})
+
+
+@pytest.fixture
+async def start_dispatcher(redis: Redis) -> AsyncIterator[Callable[[Settings], Dispatcher]]:
+    running: list[tuple[Dispatcher, asyncio.Task[None]]] = []
+
+    def start(settings: Settings) -> Dispatcher:
+        d = Dispatcher(JobQueue(redis, settings))
+        running.append((d, asyncio.create_task(d.run())))
+        return d
+
+    yield start
+    for d, _ in running:
+        d.stop()
+    for _, t in running:
+        try:
+            await asyncio.wait_for(t, 15)
+        except TimeoutError:
+            t.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await t
+
+
+async def _job(queue: JobQueue, url: str, **metadata: Any) -> str:
+    spec = JobSpec(
+        tenant="acme",
+        quality="preview",
+        webhook_url=url,
+        webhook_events=(COMPLETED,),
+        metadata=metadata,
+    )
+    return (await queue.enqueue(spec)).job_id
+
+
+def test_policy_classifies_answers_like_the_contract() -> None:
+    """2xx delivered; 410 and other 4xx fail at once; 429/5xx/3xx retry; terminal events are
+    always sent whatever the filter."""
+    import random  # noqa: PLC0415
+
+    rng = random.Random(0)
+    assert classify_response(204, None, 1, 5, 10, 100, rng).outcome == "delivered"
+    assert classify_response(410, None, 1, 5, 10, 100, rng).outcome == "failed"
+    assert classify_response(400, None, 1, 5, 10, 100, rng).outcome == "failed"
+    for status in (301, 408, 429, 500, 502, 503, 504):
+        assert classify_response(status, None, 1, 5, 10, 100, rng).outcome == "retry"
+    assert classify_response(503, None, 5, 5, 10, 100, rng).outcome == "failed"
+    assert classify_response(429, "7", 1, 5, 10, 60_000, rng).delay_ms >= 7000
+    assert should_deliver("3d_reconstruction.failed", ("3d_reconstruction.progress",))
+    assert not should_deliver("3d_reconstruction.started", ("3d_reconstruction.progress",))
+
+
+async def test_a_failing_receiver_gets_one_acked_delivery_with_a_stable_id(
+    queue: JobQueue,
+    settings: Settings,
+    start_worker: WorkerFactory,
+    start_dispatcher: Callable[[Settings], Dispatcher],
+    receivers: ReceiverFactory,
+) -> None:
+    """503 three times then 200: four attempts, the same webhook-id each time, signatures the
+    official Standard Webhooks library verifies, and the attempt log tells the story."""
+    r = await receivers((503, {}, 0.0), (503, {}, 0.0), (503, {}, 0.0))
+    job_id = await _job(queue, r.url, order="A-1")
+    await start_worker()
+    await wait_for_status(queue, job_id, {"completed"})
+    start_dispatcher(dispatcher_settings(settings))
+    store = WebhookStore(queue)
+
+    async def delivered() -> bool:
+        log = await store.deliveries(job_id)
+        return bool(log) and log[-1]["outcome"] == "delivered"
+
+    await wait_until(delivered, timeout_s=15)
+    assert len(r.calls) == 4
+    ids = {headers["webhook-id"] for _, headers, _ in r.calls}
+    assert len(ids) == 1
+    secret = await store.tenant_secret("acme")
+    for _, headers, body in r.calls:
+        payload = standardwebhooks.Webhook(secret).verify(body, headers)
+        assert payload["event"] == COMPLETED
+        assert payload["data"]["job_id"] == job_id
+        assert payload["data"]["metadata"] == {"order": "A-1"}
+    assert ids == {orjson.loads(r.calls[0][2])["id"]}
+    log = await store.deliveries(job_id)
+    assert [a["outcome"] for a in log] == ["retry", "retry", "retry", "delivered"]
+    assert [a["status_code"] for a in log] == [503, 503, 503, 200]
+
+
+async def test_retry_after_is_honoured(
+    queue: JobQueue,
+    settings: Settings,
+    start_worker: WorkerFactory,
+    start_dispatcher: Callable[[Settings], Dispatcher],
+    receivers: ReceiverFactory,
+) -> None:
+    """429 with Retry-After: 1 -> the next attempt waits at least a second."""
+    r = await receivers((429, {"Retry-After": "1"}, 0.0))
+    job_id = await _job(queue, r.url)
+    await start_worker()
+    await wait_for_status(queue, job_id, {"completed"})
+    start_dispatcher(dispatcher_settings(settings, webhook_retry_cap_ms=5000))
+
+    async def two_calls() -> bool:
+        return len(r.calls) >= 2
+
+    await wait_until(two_calls, timeout_s=10)
+    assert r.calls[1][0] - r.calls[0][0] >= 0.95
+
+
+async def test_gone_fails_at_once_and_is_dead_lettered(
+    queue: JobQueue,
+    redis: Redis,
+    settings: Settings,
+    start_worker: WorkerFactory,
+    start_dispatcher: Callable[[Settings], Dispatcher],
+    receivers: ReceiverFactory,
+) -> None:
+    """410 Gone: one attempt, the message fails and lands in the webhook dead letters."""
+    r = await receivers((410, {}, 0.0))
+    job_id = await _job(queue, r.url)
+    await start_worker()
+    await wait_for_status(queue, job_id, {"completed"})
+    start_dispatcher(dispatcher_settings(settings))
+    dlq = queue.keys.webhook_dead_letters(0)
+
+    async def dead() -> bool:
+        return await redis.xlen(dlq) == 1
+
+    await wait_until(dead, timeout_s=10)
+    [(_, fields)] = await redis.xrange(dlq)
+    assert fields["job"] == job_id
+    assert "410" in fields["reason"]
+    assert len(r.calls) == 1
+
+
+async def test_the_ssrf_guard_blocks_loopback_at_connect_time(
+    queue: JobQueue,
+    settings: Settings,
+    start_worker: WorkerFactory,
+    start_dispatcher: Callable[[Settings], Dispatcher],
+    receivers: ReceiverFactory,
+) -> None:
+    """With private addresses not allowed, a loopback webhook_url fails as blocked and the
+    receiver never sees a request."""
+    r = await receivers()
+    job_id = await _job(queue, r.url)
+    await start_worker()
+    await wait_for_status(queue, job_id, {"completed"})
+    start_dispatcher(dispatcher_settings(settings, webhook_allow_private=False))
+    store = WebhookStore(queue)
+
+    async def failed() -> bool:
+        log = await store.deliveries(job_id)
+        return bool(log) and log[-1]["outcome"] == "failed"
+
+    await wait_until(failed, timeout_s=10)
+    assert "blocked" in (await store.deliveries(job_id))[-1]["error"]
+    assert r.calls == []
+
+
+async def test_a_slow_endpoint_does_not_delay_a_healthy_one(
+    queue: JobQueue,
+    settings: Settings,
+    start_worker: WorkerFactory,
+    start_dispatcher: Callable[[Settings], Dispatcher],
+    receivers: ReceiverFactory,
+) -> None:
+    """An endpoint that takes 4 s to answer holds only its own deliveries."""
+    slow = await receivers((200, {}, 4.0))
+    fast = await receivers()
+    slow_job = await _job(queue, slow.url)
+    fast_job = await _job(queue, fast.url)
+    await start_worker()
+    for j in (slow_job, fast_job):
+        await wait_for_status(queue, j, {"completed"})
+    start_dispatcher(dispatcher_settings(settings, webhook_timeout_s=8.0))
+
+    async def slow_started() -> bool:
+        return bool(slow.calls)
+
+    await wait_until(slow_started, timeout_s=10)
+    started = time.monotonic()
+
+    async def fast_done() -> bool:
+        return bool(fast.calls)
+
+    await wait_until(fast_done, timeout_s=10)
+    assert time.monotonic() - started < 2.0
+
+
+@pytest.mark.slow
+async def test_a_sigkilled_dispatcher_loses_no_message(
+    queue: JobQueue,
+    redis_server: RedisServer,
+    start_worker: WorkerFactory,
+    receivers: ReceiverFactory,
+) -> None:
+    """Killed while its delivery is in flight: the claim expires and another dispatcher
+    delivers the message (at least once; the webhook-id lets the receiver dedupe)."""
+    r = await receivers((200, {}, 3.0))
+    job_id = await _job(queue, r.url)
+    await start_worker()
+    await wait_for_status(queue, job_id, {"completed"})
+    env = worker_env(
+        redis_server.url,
+        SPLATQ_WEBHOOK_ALLOW_PRIVATE="1",
+        SPLATQ_WEBHOOK_TIMEOUT_S="1",
+        SPLATQ_WEBHOOK_RETRY_BASE_MS="20",
+        SPLATQ_WEBHOOK_RETRY_CAP_MS="200",
+    )
+    argv = [sys.executable, "-m", "services.cli", "dispatcher"]
+    first = subprocess.Popen(  # noqa: ASYNC220 - returns at once
+        argv,
+        cwd=REPO_ROOT,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    second: subprocess.Popen[bytes] | None = None
+    try:
+
+        async def in_flight() -> bool:
+            return bool(r.calls)
+
+        await wait_until(in_flight, timeout_s=20)
+        first.send_signal(signal.SIGKILL)
+        second = subprocess.Popen(  # noqa: ASYNC220 - returns at once
+            argv,
+            cwd=REPO_ROOT,
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        store = WebhookStore(queue)
+
+        async def delivered() -> bool:
+            log = await store.deliveries(job_id)
+            return any(a["outcome"] == "delivered" for a in log)
+
+        await wait_until(delivered, timeout_s=30)
+        assert len({h["webhook-id"] for _, h, _ in r.calls}) == 1
+        assert len(r.calls) >= 2
+    finally:
+        for p in (first, second):
+            if p is not None and p.poll() is None:
+                p.kill()
+                p.wait(timeout=10)
