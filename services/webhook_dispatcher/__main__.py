@@ -5,7 +5,10 @@ from __future__ import annotations
 import asyncio
 import signal
 
+from prometheus_client import start_http_server
+
 from services.webhook_dispatcher.dispatcher import Dispatcher
+from services.webhook_dispatcher.metrics import DispatcherMetrics
 from shared.logs import configure_logging
 from shared.queue import JobQueue
 from shared.redis_client import connect
@@ -15,7 +18,9 @@ from shared.settings import Settings
 async def run(settings: Settings) -> None:
     configure_logging(settings.log_level, settings.log_format, "dispatcher")
     redis = connect(settings.redis_url, client_name="splatq-dispatcher")
-    dispatcher = Dispatcher(JobQueue(redis, settings))
+    if settings.metrics_port:
+        start_http_server(settings.metrics_port)
+    dispatcher = Dispatcher(JobQueue(redis, settings), metrics=DispatcherMetrics.create())
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, dispatcher.stop)

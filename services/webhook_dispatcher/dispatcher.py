@@ -18,6 +18,7 @@ from typing import Any
 import aiohttp
 import structlog
 
+from services.webhook_dispatcher.metrics import DispatcherMetrics
 from services.webhook_dispatcher.policy import (
     Decision,
     classify_response,
@@ -35,8 +36,14 @@ SNIPPET_BYTES = 512
 
 
 class Dispatcher:
-    def __init__(self, queue: JobQueue, rng: random.Random | None = None) -> None:
+    def __init__(
+        self,
+        queue: JobQueue,
+        rng: random.Random | None = None,
+        metrics: DispatcherMetrics | None = None,
+    ) -> None:
         self.queue = queue
+        self.metrics = metrics
         self.settings = queue.settings
         self.store = WebhookStore(queue)
         self.consumer = f"{socket.gethostname()}-{os.getpid()}"
@@ -134,6 +141,7 @@ class Dispatcher:
         # Longer than any attempt can take (the total timeout), so only a dead dispatcher's
         # claim expires; then the message is simply due again (at-least-once).
         visibility_ms = int(self.settings.webhook_timeout_s * 2000) + 1000
+        next_sample = 0.0
         while True:
             try:
                 found = 0
@@ -150,11 +158,25 @@ class Dispatcher:
                         task.add_done_callback(self._finished)
                 if not found:
                     await asyncio.sleep(0.05)
+                if self.metrics is not None and time.monotonic() >= next_sample:
+                    await self._sample()
+                    next_sample = time.monotonic() + 5
             except asyncio.CancelledError:
                 raise
             except Exception:
                 log.exception("dispatcher.deliver_loop_failed")
                 await asyncio.sleep(1)
+
+    async def _sample(self) -> None:
+        assert self.metrics is not None
+        keys = self.queue.keys
+        for p in range(self.settings.partitions):
+            self.metrics.pending.labels(str(p)).set(
+                await self.queue.redis.zcard(keys.webhook_due(p))
+            )
+            self.metrics.dead_letters.labels(str(p)).set(
+                await self.queue.redis.xlen(keys.webhook_dead_letters(p))
+            )
 
     def _finished(self, task: asyncio.Task[None]) -> None:
         self._in_flight.discard(task)
@@ -198,6 +220,11 @@ class Dispatcher:
             "latency_ms": latency_ms, "outcome": decision.outcome,
             "error": decision.reason or None, "response": snippet or None,
         }  # fmt: skip
+        # Counted before the record is written: the attempt happened either way.
+        if self.metrics is not None:
+            status_class = f"{status // 100}xx" if status else "none"
+            self.metrics.attempts.labels(decision.outcome, status_class).inc()
+            self.metrics.attempt_seconds.observe(latency_ms / 1000)
         new_status = await self.store.record(
             m, decision.outcome, decision.delay_ms, attempt, decision.reason
         )

@@ -18,9 +18,11 @@ import pytest
 import standardwebhooks
 from aiohttp import web
 from aiohttp.test_utils import TestServer
+from prometheus_client import CollectorRegistry
 from redis.asyncio import Redis
 
 from services.webhook_dispatcher.dispatcher import Dispatcher
+from services.webhook_dispatcher.metrics import DispatcherMetrics
 from services.webhook_dispatcher.policy import classify_response, should_deliver
 from shared.jobs import JobSpec
 from shared.queue import JobQueue
@@ -85,7 +87,9 @@ async def start_dispatcher(redis: Redis) -> AsyncIterator[Callable[[Settings], D
     running: list[tuple[Dispatcher, asyncio.Task[None]]] = []
 
     def start(settings: Settings) -> Dispatcher:
-        d = Dispatcher(JobQueue(redis, settings))
+        d = Dispatcher(
+            JobQueue(redis, settings), metrics=DispatcherMetrics.create(CollectorRegistry())
+        )
         running.append((d, asyncio.create_task(d.run())))
         return d
 
@@ -142,7 +146,7 @@ async def test_a_failing_receiver_gets_one_acked_delivery_with_a_stable_id(
     job_id = await _job(queue, r.url, order="A-1")
     await start_worker()
     await wait_for_status(queue, job_id, {"completed"})
-    start_dispatcher(dispatcher_settings(settings))
+    dispatcher = start_dispatcher(dispatcher_settings(settings))
     store = WebhookStore(queue)
 
     async def delivered() -> bool:
@@ -162,6 +166,10 @@ async def test_a_failing_receiver_gets_one_acked_delivery_with_a_stable_id(
     assert ids == {orjson.loads(r.calls[0][2])["id"]}
     log = await store.deliveries(job_id)
     assert [a["outcome"] for a in log] == ["retry", "retry", "retry", "delivered"]
+    metrics = dispatcher.metrics
+    assert metrics is not None
+    assert metrics.attempts.labels("retry", "5xx")._value.get() == 3
+    assert metrics.attempts.labels("delivered", "2xx")._value.get() == 1
     assert [a["status_code"] for a in log] == [503, 503, 503, 200]
 
 
