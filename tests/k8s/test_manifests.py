@@ -1,10 +1,10 @@
 """The k8s/ manifests, alert rules and dashboard agree with the code: they parse, name only
 real settings, metrics and HTTP routes, and keep shutdown, ports, probes and labels of the
-worker and the gateway consistent.
+worker, the gateway and the webhook dispatcher consistent.
 
 File checks: no cluster, kubectl or network. Where `promtool` is installed, the alert
-expressions and dashboard queries are also parsed by it and the gateway/GPU alerts are
-exercised with `promtool test rules` (tests/k8s/alerts.promtool.yaml); otherwise those skip.
+expressions and dashboard queries are also parsed by it and the gateway/GPU/webhook alerts
+are exercised with `promtool test rules` (tests/k8s/alerts.promtool.yaml); otherwise those skip.
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from services.gateway.app import create_app
 from services.gateway.metrics import GatewayMetrics
 from services.gpu_worker.metrics import GpuMetrics
 from services.gpu_worker.oom import CUDA_OUT_OF_MEMORY
+from services.webhook_dispatcher.metrics import DispatcherMetrics
 from shared.keys import STREAMS, KeySchema
 from shared.metrics import EngineMetrics
 from shared.settings import Settings
@@ -39,6 +40,7 @@ SECRET_EXAMPLE = BASE / "secret.example.yaml"
 WORKER = BASE / "worker-deployment.yaml"
 GATEWAY = BASE / "gateway-deployment.yaml"
 GATEWAY_SERVICE = BASE / "gateway-service.yaml"
+DISPATCHER = BASE / "dispatcher-deployment.yaml"
 PODMONITOR = BASE / "podmonitor.yaml"
 GPU_PATCH = K8S / "overlays" / "gpu" / "worker-gpu-patch.yaml"
 KEDA = K8S / "autoscaling" / "keda-scaledobject.yaml"
@@ -46,7 +48,7 @@ RULES = K8S / "monitoring" / "prometheusrule.yaml"
 DASHBOARD = K8S / "monitoring" / "grafana-dashboard.json"
 OPERATIONS_DOC = REPO_ROOT / "docs" / "operations.md"
 PROMTOOL_TESTS = Path(__file__).with_name("alerts.promtool.yaml")
-DEPLOYMENTS = (WORKER, GATEWAY)
+DEPLOYMENTS = (WORKER, GATEWAY, DISPATCHER)
 PROMTOOL = shutil.which("promtool")
 
 YAML_FILES = sorted(p for p in K8S.rglob("*") if p.suffix in {".yaml", ".yml"})
@@ -64,6 +66,7 @@ RUNBOOK_ANCHORS = {
     "gateway-errors",
     "gateway-latency",
     "gpu-oom",
+    "webhooks",
 }
 REQUIRED_ALERTS = {
     "SplatqStreamEntriesLost",
@@ -76,6 +79,9 @@ REQUIRED_ALERTS = {
     "SplatqGatewayErrors",
     "SplatqGatewaySlow",
     "SplatqGpuOutOfMemory",
+    "SplatqWebhookDeadLetters",
+    "SplatqWebhookBacklog",
+    "SplatqWebhookFailures",
 }
 # Non-secret AWS SDK variables the ConfigMap may carry besides SPLATQ_* settings.
 AWS_SDK_SETTINGS = {"AWS_REGION", "AWS_DEFAULT_REGION"}
@@ -138,6 +144,10 @@ def worker_container() -> dict[str, Any]:
 
 def gateway_container() -> dict[str, Any]:
     return container_of(GATEWAY, "gateway")
+
+
+def dispatcher_container() -> dict[str, Any]:
+    return container_of(DISPATCHER, "dispatcher")
 
 
 def port_names(path: Path) -> set[str]:
@@ -214,7 +224,7 @@ def exposed_sample_names(registry: CollectorRegistry) -> set[str]:
     return names
 
 
-METRIC_CLASSES = (EngineMetrics, GatewayMetrics, GpuMetrics)
+METRIC_CLASSES = (EngineMetrics, GatewayMetrics, GpuMetrics, DispatcherMetrics)
 
 
 def metric_registries() -> list[CollectorRegistry]:
@@ -229,7 +239,7 @@ def metric_registries() -> list[CollectorRegistry]:
 
 
 def exposed_metric_names() -> set[str]:
-    """Every sample name EngineMetrics, GatewayMetrics and GpuMetrics expose."""
+    """Every sample name EngineMetrics, GatewayMetrics, GpuMetrics and DispatcherMetrics expose."""
     return set().union(*(exposed_sample_names(r) for r in metric_registries()))
 
 
@@ -293,6 +303,7 @@ def test_manifest_tree_is_complete() -> None:
         WORKER,
         GATEWAY,
         GATEWAY_SERVICE,
+        DISPATCHER,
         PODMONITOR,
         K8S / "overlays" / "gpu" / "kustomization.yaml",
         GPU_PATCH,
@@ -340,7 +351,7 @@ def test_base_applies_every_manifest_but_the_secret_example() -> None:
     assert SECRET_EXAMPLE.name not in resources
     manifests = {p.name for p in BASE.glob("*.yaml")} - {"kustomization.yaml", SECRET_EXAMPLE.name}
     assert manifests == resources
-    assert {GATEWAY.name, GATEWAY_SERVICE.name} <= resources
+    assert {GATEWAY.name, GATEWAY_SERVICE.name, DISPATCHER.name} <= resources
 
 
 def test_base_object_names_are_unique_per_kind() -> None:
@@ -365,7 +376,8 @@ def test_configmap_keys_are_real_settings() -> None:
 
 
 def test_configmap_sets_the_gateway_and_worker_settings() -> None:
-    """The settings the gateway and GPU worker added are set explicitly in the ConfigMap."""
+    """The settings the gateway, GPU worker and webhook dispatcher added are set explicitly in
+    the ConfigMap."""
     required = {
         "SPLATQ_STORAGE_URL",
         "SPLATQ_S3_ENDPOINT_URL",
@@ -384,6 +396,13 @@ def test_configmap_sets_the_gateway_and_worker_settings() -> None:
         "SPLATQ_BATCH_MAX_SIZE",
         "SPLATQ_BATCH_MAX_WAIT_MS",
         "SPLATQ_BATCH_MAX_PIXELS",
+        "SPLATQ_WEBHOOK_ALLOW_PRIVATE",
+        "SPLATQ_WEBHOOK_MAX_ATTEMPTS",
+        "SPLATQ_WEBHOOK_RETRY_BASE_MS",
+        "SPLATQ_WEBHOOK_RETRY_CAP_MS",
+        "SPLATQ_WEBHOOK_TIMEOUT_S",
+        "SPLATQ_WEBHOOK_CONCURRENCY",
+        "SPLATQ_WEBHOOK_CONCURRENCY_PER_HOST",
     }
     assert not required - set(configmap_data()), sorted(required - set(configmap_data()))
 
@@ -442,6 +461,26 @@ def test_settings_accept_the_gpu_overlay() -> None:
     assert all(k in env_names_read_by_settings() for k in env if k.startswith("SPLATQ_"))
     assert Settings.from_env({**configmap_data(), **env}).device == "cuda"
     assert container["resources"]["limits"]["nvidia.com/gpu"] == 1
+
+
+def test_webhooks_cannot_reach_private_addresses() -> None:
+    """Production keeps the SSRF guard on: SPLATQ_WEBHOOK_ALLOW_PRIVATE is "0" in the
+    ConfigMap, and no Secret key, container env or overlay patch overrides it."""
+    assert configmap_data()["SPLATQ_WEBHOOK_ALLOW_PRIVATE"] == "0"
+    assert configured_settings().webhook_allow_private is False
+    assert "SPLATQ_WEBHOOK_ALLOW_PRIVATE" not in secret_example_data()
+    for path in (*DEPLOYMENTS, GPU_PATCH):
+        containers = only_doc(path, "Deployment")["spec"]["template"]["spec"]["containers"]
+        names = {e["name"] for c in containers for e in c.get("env", [])}
+        assert "SPLATQ_WEBHOOK_ALLOW_PRIVATE" not in names, path.name
+
+
+def test_webhook_attempts_fit_in_the_drain() -> None:
+    """A draining dispatcher waits SPLATQ_SHUTDOWN_GRACE_S for its attempts in flight, each of
+    which lasts at most SPLATQ_WEBHOOK_TIMEOUT_S; per-host concurrency fits in the total."""
+    settings = configured_settings()
+    assert settings.webhook_timeout_s < settings.shutdown_grace_s
+    assert settings.webhook_concurrency_per_host <= settings.webhook_concurrency
 
 
 # -- Deployments -------------------------------------------------------------------------------
@@ -540,6 +579,39 @@ def test_gateway_service_targets_the_named_port() -> None:
     assert port["port"] == 80
     assert port["targetPort"] == "http"
     assert port["targetPort"] in port_names(GATEWAY)
+    for other in (WORKER, DISPATCHER):
+        assert not label_subset(service["selector"], pod_labels(other)), other.name
+
+
+def test_dispatcher_container_is_wired_to_config_and_metrics() -> None:
+    """The dispatcher runs `splatq dispatcher`, exposes only SPLATQ_METRICS_PORT as `metrics`
+    and probes /metrics there (its only HTTP endpoint)."""
+    container = dispatcher_container()
+    assert container["command"] == ["splatq", "dispatcher"]
+    ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+    assert ports == {"metrics": configured_settings().metrics_port}
+    assert ports["metrics"] == int(configmap_data()["SPLATQ_METRICS_PORT"])
+    for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
+        assert container[probe]["httpGet"] == {"path": "/metrics", "port": "metrics"}, probe
+
+
+def test_dispatcher_is_hardened_like_the_worker() -> None:
+    """Same pod and container security context and /tmp emptyDir as the worker, resources
+    set, and at least two replicas that roll without dipping below the replica count."""
+    assert pod_spec(DISPATCHER)["securityContext"] == pod_spec(WORKER)["securityContext"]
+    container = dispatcher_container()
+    assert container["securityContext"] == worker_container()["securityContext"]
+    assert pod_spec(DISPATCHER)["automountServiceAccountToken"] is False
+    resources = container["resources"]
+    assert {"cpu", "memory"} <= set(resources["requests"])
+    assert "memory" in resources["limits"]
+    mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
+    volumes = {v["name"]: v for v in pod_spec(DISPATCHER)["volumes"]}
+    assert mounts == {"tmp": "/tmp"}
+    assert "emptyDir" in volumes["tmp"]
+    deployment = only_doc(DISPATCHER, "Deployment")["spec"]
+    assert deployment["replicas"] >= 2
+    assert deployment["strategy"]["rollingUpdate"]["maxUnavailable"] == 0
 
 
 @pytest.mark.parametrize("path", DEPLOYMENTS, ids=lambda p: p.stem)
@@ -580,9 +652,19 @@ def test_gateway_is_scraped_on_its_api_port() -> None:
     assert job_label_of(WORKER) == "splatq-worker"
 
 
+@pytest.mark.parametrize("path", [WORKER, DISPATCHER], ids=lambda p: p.stem)
+def test_metrics_port_deployments_are_scraped_on_it(path: Path) -> None:
+    """The worker and the dispatcher are scraped on their `metrics` port at /metrics, with
+    their own app name as the job label."""
+    ((_, endpoint),) = scrapes_of(path)
+    assert endpoint["port"] == "metrics"
+    assert endpoint["path"] == "/metrics"
+    assert job_label_of(path) == only_doc(path, "Deployment")["metadata"]["name"]
+
+
 def test_alert_job_labels_match_the_podmonitors() -> None:
     """Every job="..." in the alerts is a job the PodMonitors produce; gateway alerts use the
-    gateway's, the worker-down alert the worker's."""
+    gateway's, webhook alerts the dispatcher's, the worker-down alert the worker's."""
     jobs = {p: job_label_of(p) for p in DEPLOYMENTS}
     used = {j for r in alert_rules() for j in re.findall(r'job="([^"]+)"', r["expr"])}
     assert used == set(jobs.values())
@@ -590,6 +672,8 @@ def test_alert_job_labels_match_the_podmonitors() -> None:
         rule_jobs = set(re.findall(r'job="([^"]+)"', rule["expr"]))
         if rule["alert"].startswith("SplatqGateway"):
             assert rule_jobs == {jobs[GATEWAY]}, rule["alert"]
+        if rule["alert"].startswith("SplatqWebhook"):
+            assert rule_jobs == {jobs[DISPATCHER]}, rule["alert"]
         if rule["alert"] == "SplatqWorkersDown" and "up{" in rule["expr"]:
             assert rule_jobs == {jobs[WORKER]}
 
@@ -657,8 +741,8 @@ def test_sample_suffixes_match_prometheus_client() -> None:
 
 
 def test_alert_rules_reference_exposed_metrics() -> None:
-    """Every splatq_* name in the alert expressions is a sample the engine, gateway or GPU
-    worker metrics expose."""
+    """Every splatq_* name in the alert expressions is a sample the engine, gateway, GPU
+    worker or webhook dispatcher metrics expose."""
     exposed = exposed_metric_names()
     for rule in alert_rules():
         names = set(METRIC_NAME.findall(rule["expr"]))
@@ -667,8 +751,8 @@ def test_alert_rules_reference_exposed_metrics() -> None:
 
 
 def test_dashboard_targets_reference_exposed_metrics() -> None:
-    """Every splatq_* name in the dashboard queries is a sample the engine, gateway or GPU
-    worker metrics expose."""
+    """Every splatq_* name in the dashboard queries is a sample the engine, gateway, GPU
+    worker or webhook dispatcher metrics expose."""
     exposed = exposed_metric_names()
     exprs = dashboard_exprs()
     assert exprs
@@ -679,8 +763,8 @@ def test_dashboard_targets_reference_exposed_metrics() -> None:
 
 
 def test_every_metric_is_watched() -> None:
-    """Each EngineMetrics, GatewayMetrics and GpuMetrics family appears on the dashboard or
-    in an alert."""
+    """Each EngineMetrics, GatewayMetrics, GpuMetrics and DispatcherMetrics family appears on
+    the dashboard or in an alert."""
     used = set(METRIC_NAME.findall(" ".join(all_exprs())))
     unwatched = [
         f.name
@@ -755,6 +839,26 @@ def test_gateway_alerts_use_the_agreed_thresholds() -> None:
     assert "splatq_gpu_oom_splits_total" in oom
 
 
+def test_webhook_alerts_use_the_agreed_thresholds() -> None:
+    """Dead letters: any growth of the webhook dead-letter stream; backlog: pending messages
+    high for 15 min; failures: more than 50 % of attempts not delivered over 15 min."""
+    rules = {r["alert"]: r for r in alert_rules() if r["alert"].startswith("SplatqWebhook")}
+    dead = " ".join(rules["SplatqWebhookDeadLetters"]["expr"].split())
+    assert "splatq_webhook_dead_letter_length" in dead
+    assert "[15m]" in dead
+    assert dead.endswith("> 0")
+    backlog = rules["SplatqWebhookBacklog"]
+    assert "splatq_webhook_messages_pending" in backlog["expr"]
+    assert backlog["for"] == "15m"
+    failures = " ".join(rules["SplatqWebhookFailures"]["expr"].split())
+    assert 'outcome!="delivered"' in failures
+    assert failures.count("splatq_webhook_attempts_total") == 2
+    assert failures.count("[15m]") == 2
+    assert failures.endswith("> 0.5")
+    for rule in rules.values():
+        assert rule["annotations"]["runbook_url"] == "docs/operations.md#webhooks"
+
+
 @pytest.mark.skipif(PROMTOOL is None, reason="promtool is not installed")
 def test_promtool_accepts_the_rules(tmp_path: Path) -> None:
     """promtool parses every alert expression and annotation template."""
@@ -764,13 +868,14 @@ def test_promtool_accepts_the_rules(tmp_path: Path) -> None:
 
 @pytest.mark.skipif(PROMTOOL is None, reason="promtool is not installed")
 def test_promtool_alert_unit_tests(tmp_path: Path) -> None:
-    """The gateway and GPU alerts fire, and stay quiet, as tests/k8s/alerts.promtool.yaml
-    expects (evaluated by Prometheus' own engine)."""
+    """The gateway, GPU and webhook alerts fire, and stay quiet, as
+    tests/k8s/alerts.promtool.yaml expects (evaluated by Prometheus' own engine)."""
     rules = rule_groups_for_promtool(annotations=False)
     (tmp_path / "rules.yaml").write_text(yaml.safe_dump(rules))
     shutil.copy(PROMTOOL_TESTS, tmp_path / "tests.yaml")
     tested = set(re.findall(r"alertname: (\w+)", PROMTOOL_TESTS.read_text(encoding="utf-8")))
     assert tested >= {"SplatqGatewayErrors", "SplatqGatewaySlow", "SplatqGpuOutOfMemory"}
+    assert tested >= {a for a in REQUIRED_ALERTS if a.startswith("SplatqWebhook")}
     run_promtool("test", "rules", "tests.yaml", cwd=tmp_path)
 
 
@@ -816,6 +921,9 @@ def test_dashboard_has_filters_and_required_panels() -> None:
         "splatq_http_requests_total",
         "splatq_submissions_total",
         "splatq_gpu_oom_splits_total",
+        "splatq_webhook_attempts_total",
+        "splatq_webhook_messages_pending",
+        "splatq_webhook_dead_letter_length",
     ):
         assert metric in exprs, metric
     for q in ("0.5", "0.95", "0.99"):
@@ -844,13 +952,17 @@ def test_dashboard_has_filters_and_required_panels() -> None:
         ("0.5", "splatq_gpu_batch_size", "quality"),
         ("0.99", "splatq_gpu_inference_seconds", "quality"),
         ("0.5", "splatq_gpu_gaussians_per_job", "quality"),
+        ("0.5", "splatq_webhook_attempt_seconds", ""),
+        ("0.99", "splatq_webhook_attempt_seconds", ""),
     ],
 )
 def test_dashboard_plots_the_agreed_quantiles(quantile: str, histogram: str, by: str) -> None:
     """Gateway latency p50/p99 by route, GPU batch size p50, inference p99 and Gaussians per
-    job by quality: each is one histogram_quantile aggregated `by (le, <label>)`."""
+    job by quality, webhook attempt latency p50/p99: each is one histogram_quantile aggregated
+    `by (le, <label>)`, or `by (le)` where the histogram has no labels."""
+    group = f"le, {by}" if by else "le"
     pattern = re.compile(
-        rf"histogram_quantile\({re.escape(quantile)}, sum by \(le, {by}\) "
+        rf"histogram_quantile\({re.escape(quantile)}, sum by \({group}\) "
         rf"\(rate\({histogram}_bucket\{{"
     )
     assert any(pattern.match(e) for e in dashboard_exprs()), (quantile, histogram, by)
