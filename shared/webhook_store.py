@@ -37,6 +37,17 @@ class Message:
     attempts: int
 
 
+@dataclass(frozen=True, slots=True)
+class AttemptResult:
+    """One finished attempt, to be recorded by wh_result.lua."""
+
+    message: Message
+    outcome: str
+    delay_ms: int
+    attempt: Mapping[str, Any]
+    reason: str
+
+
 class WebhookStore:
     def __init__(self, queue: JobQueue) -> None:
         self.queue = queue
@@ -114,25 +125,20 @@ class WebhookStore:
             )
         return out
 
-    async def record(
-        self,
-        message: Message,
-        outcome: str,
-        delay_ms: int,
-        attempt: Mapping[str, Any],
-        reason: str,
-    ) -> str:
-        p = message.partition
-        reply = await self.queue.scripts.run(ScriptCall(
-            Script.WH_RESULT,
-            [self.keys.webhook_due(p), self.keys.webhook_message(p, message.id),
-             self.keys.job_deliveries(message.job_id), self.keys.webhook_dead_letters(p)],
-            [message.id, outcome, delay_ms, orjson.dumps(dict(attempt)).decode(), LOG_CAP,
-             self.settings.dlq_maxlen, JOB_RETENTION_MS, reason],
-        ))  # fmt: skip
-        if isinstance(reply, Exception):
-            raise reply
-        return str(reply)
+    async def record_many(self, results: Sequence[AttemptResult]) -> list[str | Exception]:
+        """Record many attempts in one round trip; each message's new status (or the error)."""
+        calls = []
+        for r in results:
+            p = r.message.partition
+            calls.append(ScriptCall(
+                Script.WH_RESULT,
+                [self.keys.webhook_due(p), self.keys.webhook_message(p, r.message.id),
+                 self.keys.job_deliveries(r.message.job_id), self.keys.webhook_dead_letters(p)],
+                [r.message.id, r.outcome, r.delay_ms, orjson.dumps(dict(r.attempt)).decode(),
+                 LOG_CAP, self.settings.dlq_maxlen, JOB_RETENTION_MS, r.reason],
+            ))  # fmt: skip
+        replies = await self.queue.scripts.run_many(calls)
+        return [r if isinstance(r, Exception) else str(r) for r in replies]
 
     async def deliveries(self, job_id: str) -> list[dict[str, Any]]:
         """The job's delivery attempts, oldest first."""

@@ -28,7 +28,7 @@ from services.webhook_dispatcher.policy import (
 from shared.queue import JobQueue
 from shared.ssrf import BlockedAddress, guarded_connector
 from shared.webhook_signing import signed_headers
-from shared.webhook_store import DISPATCHER_GROUP, Message, WebhookStore
+from shared.webhook_store import DISPATCHER_GROUP, AttemptResult, Message, WebhookStore
 
 log = structlog.get_logger("splatq.dispatcher")
 EVENTS_RECLAIM_IDLE_MS = 30_000
@@ -52,6 +52,7 @@ class Dispatcher:
         self._in_flight: set[asyncio.Task[None]] = set()
         self._slots = asyncio.Semaphore(self.settings.webhook_concurrency)
         self._secrets: dict[str, tuple[float, str]] = {}
+        self._results: asyncio.Queue[tuple[AttemptResult, asyncio.Future[str]]] = asyncio.Queue()
 
     def stop(self) -> None:
         self._stopping.set()
@@ -74,6 +75,7 @@ class Dispatcher:
                 asyncio.create_task(self._fan_out_loop(p)) for p in range(self.settings.partitions)
             ]
             loops.append(asyncio.create_task(self._deliver_loop(http)))
+            recorder = asyncio.create_task(self._record_loop())
             log.info("dispatcher.started", consumer=self.consumer)
             await self._stopping.wait()
             for t in loops:
@@ -83,6 +85,9 @@ class Dispatcher:
                     await t
             if self._in_flight:
                 await asyncio.wait(self._in_flight, timeout=self.settings.shutdown_grace_s)
+            recorder.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await recorder
         log.info("dispatcher.stopped")
 
     # -- fan-out -----------------------------------------------------------------------
@@ -229,8 +234,8 @@ class Dispatcher:
             status_class = f"{status // 100}xx" if status else "none"
             self.metrics.attempts.labels(decision.outcome, status_class).inc()
             self.metrics.attempt_seconds.observe(latency_ms / 1000)
-        new_status = await self.store.record(
-            m, decision.outcome, decision.delay_ms, attempt, decision.reason
+        new_status = await self._record(
+            AttemptResult(m, decision.outcome, decision.delay_ms, attempt, decision.reason)
         )
         log.info(
             "webhook.attempt",
@@ -242,6 +247,30 @@ class Dispatcher:
             message_status=new_status,
             latency_ms=latency_ms,
         )
+
+    async def _record(self, result: AttemptResult) -> str:
+        """Hand the result to the recorder, which writes everything finished at the same
+        moment in one round trip (as the engine's committer does)."""
+        done: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+        await self._results.put((result, done))
+        return await done
+
+    async def _record_loop(self) -> None:
+        while True:
+            batch = [await self._results.get()]
+            while not self._results.empty() and len(batch) < 256:
+                batch.append(self._results.get_nowait())
+            try:
+                statuses = await self.store.record_many([r for r, _ in batch])
+            except Exception as exc:
+                statuses = [exc] * len(batch)
+            for (_, done), status in zip(batch, statuses, strict=True):
+                if done.done():
+                    continue
+                if isinstance(status, Exception):
+                    done.set_exception(status)
+                else:
+                    done.set_result(status)
 
     async def _secret(self, tenant: str) -> str:
         """The tenant's secret, cached for a minute (two round trips saved per attempt)."""
