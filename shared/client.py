@@ -16,13 +16,10 @@ from typing import Any, TypeVar
 import aiohttp
 import orjson
 
+from shared.events import TERMINAL_EVENTS
+from shared.storage import ARTIFACT_FILES
+
 T = TypeVar("T")
-ARTIFACT_FILES = {
-    "gaussian_ply": "scene.ply",
-    "splat": "scene.splat",
-    "rendered_preview": "preview.png",
-}
-TERMINAL = frozenset({"completed", "failed", "canceled"})
 
 
 class ApiProblem(Exception):
@@ -132,7 +129,7 @@ class SplatqClient:
                     async for event in _parse_sse(resp.content):
                         last = event.id
                         yield event
-                        if event.name.rsplit(".", 1)[-1] in TERMINAL:
+                        if event.name in TERMINAL_EVENTS:
                             return
             except (TimeoutError, aiohttp.ClientPayloadError, aiohttp.ServerDisconnectedError):
                 await asyncio.sleep(1)  # resume after the last event we saw

@@ -70,7 +70,7 @@ class Reaper:
             if problem is None:
                 valid.append(entry)
             else:
-                await self._dead_letter(entry, *problem)
+                await self.dead_letter_entry(entry, *problem)
         taken: list[StreamEntry] = []
         outcomes = await self.queue.reclaim_many(valid)
         for entry, (outcome, detail) in zip(valid, outcomes, strict=True):
@@ -97,10 +97,12 @@ class Reaper:
                     deliveries=detail,
                 )
             elif outcome == "unknown":
-                await self._dead_letter(entry, UNKNOWN_JOB, "no job record for this entry")
+                await self.dead_letter_entry(entry, UNKNOWN_JOB, "no job record for this entry")
         return taken
 
-    async def _dead_letter(self, entry: StreamEntry, reason: str, detail: str) -> None:
+    async def dead_letter_entry(self, entry: StreamEntry, reason: str, detail: str) -> None:
+        """Move an entry nobody can process to the dead-letter stream, counted and logged
+        (the worker's fetch path uses this too)."""
         await self.queue.dead_letter_entry(entry, reason, detail)
         if self.metrics is not None:
             self.metrics.dead_letters.labels(entry.stream.value, reason).inc()

@@ -208,6 +208,16 @@ def input_key(sha256_hex: str, extension: str) -> str:
     return f"inputs/{sha256_hex[:2]}/{sha256_hex}.{extension}"
 
 
+# The contract's artifact names -> (file name under jobs/<job_id>/, content type). The one
+# place they are written: the GPU worker writes them, the gateway serves them, clients save them.
+ARTIFACTS: dict[str, tuple[str, str]] = {
+    "gaussian_ply": ("scene.ply", "application/octet-stream"),
+    "splat": ("scene.splat", "application/octet-stream"),
+    "rendered_preview": ("preview.png", "image/png"),
+}
+ARTIFACT_FILES: dict[str, str] = {name: f for name, (f, _) in ARTIFACTS.items()}
+
+
 def artifact_prefix(job_id: str) -> str:
     return f"jobs/{job_id}"
 

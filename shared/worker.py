@@ -314,7 +314,7 @@ class Worker:
                 await self._fail_unreadable(t.entry, t.token, t.detail)
             elif t.outcome == "raw":
                 problem = entry_problem(t.entry.fields, partition)
-                await self._dead_letter(
+                await self.reaper.dead_letter_entry(
                     t.entry, *(problem or (UNKNOWN_JOB, "no job record for this entry"))
                 )
             else:
@@ -329,7 +329,7 @@ class Worker:
         for entry in entries:
             problem = entry_problem(entry.fields, entry.partition)
             if problem is not None:
-                await self._dead_letter(entry, *problem)
+                await self.reaper.dead_letter_entry(entry, *problem)
                 continue
             valid.append(entry)
             self.pool.acquire(entry.stream)
@@ -363,7 +363,9 @@ class Worker:
                     result.detail,
                 )
             elif result.outcome == "unknown":
-                await self._dead_letter(entry, UNKNOWN_JOB, "no job record for this entry")
+                await self.reaper.dead_letter_entry(
+                    entry, UNKNOWN_JOB, "no job record for this entry"
+                )
             else:
                 self.log.info(
                     "entry.not_started",
@@ -373,18 +375,6 @@ class Worker:
                     detail=result.detail,
                 )
         return started
-
-    async def _dead_letter(self, entry: StreamEntry, reason: str, detail: str) -> None:
-        await self.queue.dead_letter_entry(entry, reason, detail)
-        if self.metrics is not None:
-            self.metrics.dead_letters.labels(entry.stream.value, reason).inc()
-        self.log.error(
-            "entry.dead_lettered",
-            stream=entry.stream.value,
-            entry_id=entry.entry_id,
-            reason=reason,
-            detail=detail,
-        )
 
     async def _fail_unreadable(self, entry: StreamEntry, token: str, detail: str) -> None:
         """A job hash this worker cannot parse fails alone (permanent), instead of crashing

@@ -24,21 +24,16 @@ from services.gateway.openapi import openapi_document
 from services.gateway.problems import ApiError, not_found
 from services.gateway.submission import Submission, idempotency_key, read_submission
 from services.gateway.views import job_view
+from shared.events import TERMINAL_EVENTS
 from shared.ids import is_job_id, partition_of
 from shared.jobs import QUALITY_STREAMS, JobRecord, JobSpec
 from shared.keys import StreamName
 from shared.queue import JobQueue
-from shared.storage import ObjectNotFound, artifact_key, input_key
+from shared.storage import ARTIFACTS, ObjectNotFound, artifact_key, input_key
 from shared.webhook_store import WebhookStore
 
 log = structlog.get_logger("splatq.gateway")
 
-ARTIFACTS = {
-    "gaussian_ply": ("scene.ply", "application/octet-stream"),
-    "splat": ("scene.splat", "application/octet-stream"),
-    "rendered_preview": ("preview.png", "image/png"),
-}
-TERMINAL_EVENTS = ("completed", "failed", "canceled")
 _STREAM_ID_RE = re.compile(r"^[0-9]{1,20}-[0-9]{1,20}$")
 _U64_MAX = 2**64 - 1
 
@@ -318,7 +313,7 @@ async def job_events(request: web.Request) -> web.StreamResponse:
         for entry_id, kind, payload in events:
             after = entry_id
             await response.write(f"id: {entry_id}\nevent: {kind}\ndata: {payload}\n\n".encode())
-            if kind.rsplit(".", 1)[-1] in TERMINAL_EVENTS:
+            if kind in TERMINAL_EVENTS:
                 await response.write_eof()
                 return response
 

@@ -13,14 +13,8 @@ from services.gpu_worker import formats
 from services.gpu_worker.camera import Camera
 from services.gpu_worker.gaussians import Gaussians
 from services.gpu_worker.renderer import render, to_png_bytes
-from shared.storage import Staged, Storage, artifact_key
+from shared.storage import ARTIFACT_FILES, Staged, Storage, artifact_key
 
-# contract name -> file name under jobs/<job_id>/
-ARTIFACT_FILES: Mapping[str, str] = {
-    "gaussian_ply": "scene.ply",
-    "splat": "scene.splat",
-    "rendered_preview": "preview.png",
-}
 PREVIEW_YAW_DEG = 25.0  # a turned view shows the reconstruction is 3-D, not a copy
 PREVIEW_MAX_SIZE = 256
 

@@ -14,8 +14,9 @@ import aiohttp
 
 from services.gpu_worker import formats
 from services.gpu_worker.artifacts import PREVIEW_MAX_SIZE
-from shared.client import ARTIFACT_FILES, ApiProblem, Event, SplatqClient
+from shared.client import ApiProblem, Event, SplatqClient
 from shared.settings import Settings
+from shared.storage import ARTIFACT_FILES
 
 SAMPLE = Path(__file__).resolve().parent / "samples" / "sample.png"
 RESOLUTION = {"preview": 128, "full": 512}

@@ -15,7 +15,6 @@ import structlog
 import torch
 
 from services.gpu_worker.artifacts import (
-    ARTIFACT_FILES,
     commit_all,
     discard_all,
     encode_artifacts,
@@ -35,7 +34,7 @@ from services.gpu_worker.oom import (
 from shared.errors import PermanentError, SplatqError
 from shared.jobs import JobOutcome
 from shared.settings import Settings
-from shared.storage import Storage, artifact_prefix, open_storage
+from shared.storage import ARTIFACT_FILES, Storage, artifact_prefix, open_storage
 from shared.worker import JobContext
 
 log = structlog.get_logger("splatq.gpu_worker")

@@ -10,12 +10,11 @@ import torch
 from redis.asyncio import Redis
 
 from services.gpu_worker import formats
-from services.gpu_worker.artifacts import ARTIFACT_FILES
 from services.gpu_worker.images import decode_image
 from services.gpu_worker.model import load_model
 from shared.queue import JobQueue
 from shared.settings import Settings
-from shared.storage import LocalFileStorage, artifact_key
+from shared.storage import ARTIFACT_FILES, LocalFileStorage, artifact_key
 from tests.conftest import WorkerFactory, job_events, wait_for_status
 from tests.gpu_worker.conftest import opaque_noise_png, sample_png, stored_spec
 

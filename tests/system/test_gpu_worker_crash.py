@@ -6,10 +6,9 @@ import pytest
 from redis.asyncio import Redis
 
 from services.gpu_worker import formats
-from services.gpu_worker.artifacts import ARTIFACT_FILES
 from shared.queue import JobQueue
 from shared.redis_server import RedisServer
-from shared.storage import LocalFileStorage, artifact_key
+from shared.storage import ARTIFACT_FILES, LocalFileStorage, artifact_key
 from tests.conftest import job_events, wait_for_status, wait_until
 from tests.gpu_worker.conftest import sample_png, stored_spec
 from tests.system.conftest import SpawnWorker
