@@ -106,7 +106,7 @@ async def dispatcher_run(
                 }
             )
         entry = await redis.xadd(queue.keys.events(0), {"type": "x"})
-        await store.fan_out(0, entry, batch)
+        await store.fan_out(0, [(entry, batch)])
     await store.tenant_secret("bench")
     dispatcher = Dispatcher(queue)
     task = asyncio.create_task(dispatcher.run())

@@ -72,19 +72,25 @@ class WebhookStore:
         return str(await self.redis.get(key))
 
     async def fan_out(
-        self, partition: int, entry_id: str, messages: Sequence[Mapping[str, str]]
+        self, partition: int, batch: Sequence[tuple[str, Sequence[Mapping[str, str]]]]
     ) -> int:
-        """Create the messages of one events entry (idempotent) and ack the entry."""
-        keys = [self.keys.events(partition), self.keys.webhook_due(partition)]
-        args: list[Arg] = [DISPATCHER_GROUP, entry_id]
-        for m in messages:
-            keys.append(self.keys.webhook_message(partition, m["id"]))
-            args.append(m["id"])
-            args.extend(m[name] for name in MESSAGE_FIELDS)
-        reply = await self.queue.scripts.run(ScriptCall(Script.WH_FANOUT, keys, args))
-        if isinstance(reply, Exception):
-            raise reply
-        return int(reply)
+        """For each (events entry id, its messages): create the messages (idempotent) and
+        ack the entry. One round trip for the whole batch; returns messages created."""
+        calls = []
+        for entry_id, messages in batch:
+            keys = [self.keys.events(partition), self.keys.webhook_due(partition)]
+            args: list[Arg] = [DISPATCHER_GROUP, entry_id]
+            for m in messages:
+                keys.append(self.keys.webhook_message(partition, m["id"]))
+                args.append(m["id"])
+                args.extend(m[name] for name in MESSAGE_FIELDS)
+            calls.append(ScriptCall(Script.WH_FANOUT, keys, args))
+        created = 0
+        for reply in await self.queue.scripts.run_many(calls):
+            if isinstance(reply, Exception):
+                raise reply
+            created += int(reply)
+        return created
 
     async def due(self, partition: int, now_ms: int, limit: int) -> list[str]:
         members = await self.redis.zrangebyscore(

@@ -25,6 +25,7 @@ from services.webhook_dispatcher.policy import (
     retry_or_fail,
     should_deliver,
 )
+from shared.ids import is_job_id
 from shared.queue import JobQueue
 from shared.ssrf import BlockedAddress, guarded_connector
 from shared.webhook_signing import signed_headers
@@ -115,31 +116,37 @@ class Dispatcher:
                 )
                 for _, items in fresh or []:
                     entries.extend((eid, dict(f)) for eid, f in items)
-                for entry_id, fields in entries:
-                    await self._fan_out_one(partition, entry_id, fields)
+                if entries:
+                    await self._fan_out(partition, entries)
             except asyncio.CancelledError:
                 raise
             except Exception:
                 log.exception("dispatcher.fan_out_failed", partition=partition)
                 await asyncio.sleep(1)
 
-    async def _fan_out_one(self, partition: int, entry_id: str, fields: dict[str, str]) -> None:
-        job_id, event_type = fields.get("job_id", ""), fields.get("type", "")
-        messages = []
-        if job_id and event_type:
-            raw = await self.queue.redis.hmget(  # type: ignore[misc]
-                self.queue.keys.job(job_id), ["webhook_url", "webhook_events"]
-            )
-            url, subscribed = raw[0] or "", tuple(e for e in (raw[1] or "").split(",") if e)
-            if url and should_deliver(event_type, subscribed):
+    async def _fan_out(self, partition: int, entries: list[tuple[str, dict[str, str]]]) -> None:
+        """Two round trips per batch: the jobs' webhook settings, then every fan-out script."""
+        pipe = self.queue.redis.pipeline(transaction=False)
+        for _, fields in entries:
+            job_id = fields.get("job_id", "")
+            key = self.queue.keys.job(job_id) if is_job_id(job_id) else "splatq:none"
+            pipe.hmget(key, ["webhook_url", "webhook_events"])
+        targets = await pipe.execute()
+        batch = []
+        for (entry_id, fields), (url, events) in zip(entries, targets, strict=True):
+            event_type = fields.get("type", "")
+            subscribed = tuple(e for e in (events or "").split(",") if e)
+            messages = []
+            if url and event_type and should_deliver(event_type, subscribed):
                 messages.append({
                     "id": f"{fields['event_id']}:job", "event_id": fields["event_id"],
-                    "event_type": event_type, "job_id": job_id,
+                    "event_type": event_type, "job_id": fields["job_id"],
                     "tenant": fields.get("tenant", ""), "url": url,
                     "payload": fields.get("payload", "{}"), "target": "job",
                     "created_ms": str(int(time.time() * 1000)),
                 })  # fmt: skip
-        await self.store.fan_out(partition, entry_id, messages)
+            batch.append((entry_id, messages))
+        await self.store.fan_out(partition, batch)
 
     # -- delivery ----------------------------------------------------------------------
 

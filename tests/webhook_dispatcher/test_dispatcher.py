@@ -116,6 +116,16 @@ async def _job(queue: JobQueue, url: str, **metadata: Any) -> str:
     return (await queue.enqueue(spec)).job_id
 
 
+async def _completed_job(
+    queue: JobQueue, start_worker: WorkerFactory, url: str, **metadata: Any
+) -> str:
+    """A job with `url` as its webhook_url, run to completion (its events are in the outbox)."""
+    job_id = await _job(queue, url, **metadata)
+    await start_worker()
+    await wait_for_status(queue, job_id, {"completed"})
+    return job_id
+
+
 def test_policy_classifies_answers_like_the_contract() -> None:
     """2xx delivered; 410 and other 4xx fail at once; 429/5xx/3xx retry; terminal events are
     always sent whatever the filter."""
@@ -143,9 +153,7 @@ async def test_a_failing_receiver_gets_one_acked_delivery_with_a_stable_id(
     """503 three times then 200: four attempts, the same webhook-id each time, signatures the
     official Standard Webhooks library verifies, and the attempt log tells the story."""
     r = await receivers((503, {}, 0.0), (503, {}, 0.0), (503, {}, 0.0))
-    job_id = await _job(queue, r.url, order="A-1")
-    await start_worker()
-    await wait_for_status(queue, job_id, {"completed"})
+    job_id = await _completed_job(queue, start_worker, r.url, order="A-1")
     dispatcher = start_dispatcher(dispatcher_settings(settings))
     store = WebhookStore(queue)
 
@@ -182,9 +190,7 @@ async def test_retry_after_is_honoured(
 ) -> None:
     """429 with Retry-After: 1 -> the next attempt waits at least a second."""
     r = await receivers((429, {"Retry-After": "1"}, 0.0))
-    job_id = await _job(queue, r.url)
-    await start_worker()
-    await wait_for_status(queue, job_id, {"completed"})
+    await _completed_job(queue, start_worker, r.url)
     start_dispatcher(dispatcher_settings(settings, webhook_retry_cap_ms=5000))
 
     async def two_calls() -> bool:
@@ -204,9 +210,7 @@ async def test_gone_fails_at_once_and_is_dead_lettered(
 ) -> None:
     """410 Gone: one attempt, the message fails and lands in the webhook dead letters."""
     r = await receivers((410, {}, 0.0))
-    job_id = await _job(queue, r.url)
-    await start_worker()
-    await wait_for_status(queue, job_id, {"completed"})
+    job_id = await _completed_job(queue, start_worker, r.url)
     start_dispatcher(dispatcher_settings(settings))
     dlq = queue.keys.webhook_dead_letters(0)
 
@@ -230,9 +234,7 @@ async def test_the_ssrf_guard_blocks_loopback_at_connect_time(
     """With private addresses not allowed, a loopback webhook_url fails as blocked and the
     receiver never sees a request."""
     r = await receivers()
-    job_id = await _job(queue, r.url)
-    await start_worker()
-    await wait_for_status(queue, job_id, {"completed"})
+    job_id = await _completed_job(queue, start_worker, r.url)
     start_dispatcher(dispatcher_settings(settings, webhook_allow_private=False))
     store = WebhookStore(queue)
 
@@ -285,9 +287,7 @@ async def test_a_sigkilled_dispatcher_loses_no_message(
     """Killed while its delivery is in flight: the claim expires and another dispatcher
     delivers the message (at least once; the webhook-id lets the receiver dedupe)."""
     r = await receivers((200, {}, 3.0))
-    job_id = await _job(queue, r.url)
-    await start_worker()
-    await wait_for_status(queue, job_id, {"completed"})
+    job_id = await _completed_job(queue, start_worker, r.url)
     env = worker_env(
         redis_server.url,
         SPLATQ_WEBHOOK_ALLOW_PRIVATE="1",
