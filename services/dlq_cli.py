@@ -1,7 +1,9 @@
-"""`splatq dlq list | show | redrive | purge`: operate the job dead-letter streams.
+"""`splatq dlq list | show | redrive | purge`: operate the dead-letter streams of jobs
+(`--kind jobs`, the default) and of webhook messages (`--kind webhooks`).
 
-Talks to Redis directly (SPLATQ_REDIS_URL), through `JobQueue`. Exit codes: 0 done, 1 nothing
-matched, 3 some entries could not be redriven/purged (or a bad id), 78 configuration.
+Talks to Redis directly (SPLATQ_REDIS_URL), through `JobQueue` / `WebhookStore`. Exit codes:
+0 done, 1 nothing matched, 3 some entries could not be redriven/purged (or a bad id),
+78 configuration.
 """
 
 from __future__ import annotations
@@ -10,19 +12,22 @@ import argparse
 import asyncio
 import sys
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Protocol
 
 import orjson
 
 from shared.queue import DeadLetter, JobQueue
 from shared.redis_client import connect
 from shared.settings import Settings
+from shared.webhook_store import WebhookStore
 
 EXIT_OK, EXIT_NONE, EXIT_REFUSED = 0, 1, 3
 
 
 def add_commands(sub: Any) -> None:
-    dlq = sub.add_parser("dlq", help="inspect, redrive or purge dead-lettered jobs")
+    dlq = sub.add_parser(
+        "dlq", help="inspect, redrive or purge dead-lettered jobs and webhook messages"
+    )
     verbs = dlq.add_subparsers(dest="dlq_command", required=True)
     lst = verbs.add_parser("list", help="list dead-letter entries")
     show = verbs.add_parser("show", help="show one entry")
@@ -32,8 +37,9 @@ def add_commands(sub: Any) -> None:
         p.add_argument("ids", nargs="*", help="<partition>/<entry id> ...")
         p.add_argument("--all", action="store_true", help="every entry matching the filters")
         p.add_argument("--dry-run", action="store_true", help="say what would happen, do nothing")
-    for p in (lst, *(verbs.choices[n] for n in ("redrive", "purge"))):
+    for p in verbs.choices.values():
         p.add_argument("--kind", choices=["jobs", "webhooks"], default="jobs")
+    for p in (lst, *(verbs.choices[n] for n in ("redrive", "purge"))):
         p.add_argument("--code", default=None, help="only entries with this reason code")
         p.add_argument("--since", default=None, help="only entries since (ISO 8601 or Unix s)")
     for p in verbs.choices.values():
@@ -41,11 +47,6 @@ def add_commands(sub: Any) -> None:
 
 
 def run_dlq_command(args: argparse.Namespace, settings: Settings) -> int:
-    if getattr(args, "kind", "jobs") == "webhooks":
-        print(
-            "splatq dlq: webhook dead letters arrive with the webhook dispatcher", file=sys.stderr
-        )
-        return EXIT_NONE
     try:
         since_ms = _parse_since(args.since) if getattr(args, "since", None) else None
     except ValueError as exc:
@@ -76,11 +77,22 @@ def _describe(letter: DeadLetter) -> dict[str, Any]:
     }
 
 
+class DeadLetters(Protocol):
+    """What the commands need of a dead-letter kind (JobQueue for jobs, WebhookStore for
+    webhook messages)."""
+
+    async def dead_letters(self, partition: int, count: int = ...) -> list[DeadLetter]: ...
+    async def dead_letter(self, dlq_id: str) -> DeadLetter | None: ...
+    async def redrive(self, letter: DeadLetter) -> tuple[str, str]: ...
+    async def purge_dead_letter(self, letter: DeadLetter) -> bool: ...
+
+
 async def _run(args: argparse.Namespace, settings: Settings, since_ms: int | None) -> int:
     redis = connect(settings.redis_url, client_name="splatq-dlq")
-    queue = JobQueue(redis, settings)
+    jobs = JobQueue(redis, settings)
+    queue: DeadLetters = WebhookStore(jobs) if args.kind == "webhooks" else jobs
     try:
-        await queue.scripts.load()
+        await jobs.scripts.load()
         if args.dlq_command == "show":
             try:
                 letter = await queue.dead_letter(args.id)
@@ -92,7 +104,7 @@ async def _run(args: argparse.Namespace, settings: Settings, since_ms: int | Non
                 return EXIT_NONE
             print(orjson.dumps(_describe(letter), option=orjson.OPT_INDENT_2).decode())
             return EXIT_OK
-        letters = await _select(queue, args, since_ms)
+        letters = await _select(queue, args, since_ms, settings.partitions)
         if letters is None:
             return EXIT_REFUSED
         if args.dlq_command == "list":
@@ -103,7 +115,7 @@ async def _run(args: argparse.Namespace, settings: Settings, since_ms: int | Non
 
 
 async def _select(
-    queue: JobQueue, args: argparse.Namespace, since_ms: int | None
+    queue: DeadLetters, args: argparse.Namespace, since_ms: int | None, partitions: int
 ) -> list[DeadLetter] | None:
     if args.dlq_command in {"redrive", "purge"} and not args.all and not args.ids:
         print(f"splatq dlq {args.dlq_command}: give entry ids or --all", file=sys.stderr)
@@ -121,11 +133,7 @@ async def _select(
                 return None
             letters.append(letter)
     else:
-        letters = [
-            letter
-            for p in range(queue.settings.partitions)
-            for letter in await queue.dead_letters(p)
-        ]
+        letters = [letter for p in range(partitions) for letter in await queue.dead_letters(p)]
     return [
         letter for letter in letters
         if (args.code is None or letter.reason == args.code)
@@ -142,7 +150,7 @@ def _print_list(letters: list[DeadLetter], as_json: bool) -> int:
     return EXIT_OK if letters else EXIT_NONE
 
 
-async def _act(queue: JobQueue, args: argparse.Namespace, letters: list[DeadLetter]) -> int:
+async def _act(queue: DeadLetters, args: argparse.Namespace, letters: list[DeadLetter]) -> int:
     results: list[dict[str, Any]] = []
     refused = 0
     for letter in letters:

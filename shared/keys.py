@@ -73,6 +73,15 @@ class KeySchema:
         """The tenant's `whsec_` signing secret: its own hash tag, its own slot."""
         return f"{self.prefix}:{{tenant:{tenant}}}:whsec"
 
+    def webhook_endpoints(self, tenant: str) -> str:
+        """Hash of the tenant's endpoints: id -> subscribed event types (comma-separated,
+        empty for all). Fan-out reads it in one call; `{wh:<tenant>}` is the tenant's slot."""
+        return f"{self.prefix}:{{wh:{tenant}}}:endpoints"
+
+    def webhook_endpoint(self, tenant: str, endpoint_id: str) -> str:
+        """One endpoint: url, secrets, and its health (circuit breaker, disabled)."""
+        return f"{self.prefix}:{{wh:{tenant}}}:endpoint:{endpoint_id}"
+
     def rate_limit(self, tenant: str) -> str:
         """A tenant's token bucket: its own hash tag, so its one script has one slot."""
         return f"{self.prefix}:{{rl:{tenant}}}:bucket"

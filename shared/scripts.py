@@ -41,6 +41,13 @@ class Script(StrEnum):
     WH_FANOUT = "wh_fanout"
     WH_CLAIM = "wh_claim"
     WH_RESULT = "wh_result"
+    WH_REDRIVE = "wh_redrive"
+    WH_EP_CREATE = "wh_ep_create"
+    WH_EP_UPDATE = "wh_ep_update"
+    WH_EP_ROTATE = "wh_ep_rotate"
+    WH_EP_DELETE = "wh_ep_delete"
+    WH_EP_GATE = "wh_ep_gate"
+    WH_EP_HEALTH = "wh_ep_health"
 
 
 def _source(name: str) -> str:

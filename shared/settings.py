@@ -132,6 +132,19 @@ class Settings:
     webhook_timeout_s: float = 15.0
     webhook_concurrency: int = 64
     webhook_concurrency_per_host: int = 4
+    # Webhook endpoints: per-tenant limit, secret rotation overlap, recover bound.
+    webhook_max_endpoints: int = 50
+    webhook_rotation_overlap_s: int = 24 * 3600
+    webhook_recover_limit: int = 10_000
+    # Circuit breaker per endpoint (Convoy's rule: 10 consecutive failures, or >= 70 %
+    # failures over >= 10 attempts in a window) and auto-disable (Svix: 5 days failing).
+    webhook_breaker_consecutive: int = 10
+    webhook_breaker_ratio: float = 0.7
+    webhook_breaker_min_attempts: int = 10
+    webhook_breaker_window_ms: int = 60_000
+    webhook_breaker_open_ms: int = 30_000
+    webhook_breaker_open_cap_ms: int = 1_800_000
+    webhook_disable_after_s: int = 5 * 24 * 3600
 
     device: str = "auto"
     model: str = "builtin"
@@ -249,6 +262,36 @@ class Settings:
             webhook_concurrency=_int(e, "SPLATQ_WEBHOOK_CONCURRENCY", d.webhook_concurrency, 1),
             webhook_concurrency_per_host=_int(
                 e, "SPLATQ_WEBHOOK_CONCURRENCY_PER_HOST", d.webhook_concurrency_per_host, 1
+            ),
+            webhook_max_endpoints=_int(
+                e, "SPLATQ_WEBHOOK_MAX_ENDPOINTS", d.webhook_max_endpoints, 1
+            ),
+            webhook_rotation_overlap_s=_int(
+                e, "SPLATQ_WEBHOOK_ROTATION_OVERLAP_S", d.webhook_rotation_overlap_s, 0
+            ),
+            webhook_recover_limit=_int(
+                e, "SPLATQ_WEBHOOK_RECOVER_LIMIT", d.webhook_recover_limit, 1
+            ),
+            webhook_breaker_consecutive=_int(
+                e, "SPLATQ_WEBHOOK_BREAKER_CONSECUTIVE", d.webhook_breaker_consecutive, 1
+            ),
+            webhook_breaker_ratio=_float(
+                e, "SPLATQ_WEBHOOK_BREAKER_RATIO", d.webhook_breaker_ratio, 0.01, 1.0
+            ),
+            webhook_breaker_min_attempts=_int(
+                e, "SPLATQ_WEBHOOK_BREAKER_MIN_ATTEMPTS", d.webhook_breaker_min_attempts, 1
+            ),
+            webhook_breaker_window_ms=_int(
+                e, "SPLATQ_WEBHOOK_BREAKER_WINDOW_MS", d.webhook_breaker_window_ms, 100
+            ),
+            webhook_breaker_open_ms=_int(
+                e, "SPLATQ_WEBHOOK_BREAKER_OPEN_MS", d.webhook_breaker_open_ms, 10
+            ),
+            webhook_breaker_open_cap_ms=_int(
+                e, "SPLATQ_WEBHOOK_BREAKER_OPEN_CAP_MS", d.webhook_breaker_open_cap_ms, 10
+            ),
+            webhook_disable_after_s=_int(
+                e, "SPLATQ_WEBHOOK_DISABLE_AFTER_S", d.webhook_disable_after_s, 1
             ),
             device=_choice(e, "SPLATQ_DEVICE", d.device, frozenset({"auto", "cpu", "cuda"})),
             model=e.get("SPLATQ_MODEL", "").strip() or d.model,

@@ -12,8 +12,9 @@ import orjson
 from redis.exceptions import ResponseError
 
 from shared.jobs import pairs_to_dict
-from shared.queue import JOB_RETENTION_MS, JobQueue
+from shared.queue import JOB_RETENTION_MS, DeadLetter, JobQueue, parse_dead_letter_id
 from shared.scripts import Arg, Script, ScriptCall
+from shared.webhook_endpoints import EndpointStore, Health
 from shared.webhook_signing import generate_secret
 
 DISPATCHER_GROUP = "dispatcher"
@@ -35,17 +36,34 @@ class Message:
     url: str
     payload: bytes
     attempts: int
+    target: str = "job"  # "job" (the job's webhook_url) or an endpoint id
+
+    @property
+    def endpoint_id(self) -> str:
+        return "" if self.target == "job" else self.target
 
 
 @dataclass(frozen=True, slots=True)
 class AttemptResult:
-    """One finished attempt, to be recorded by wh_result.lua."""
+    """One finished attempt (or a decision not to attempt), recorded by wh_result.lua; for an
+    endpoint's message, `health` ('ok' | 'fail' | 'gone' | '') is folded into the endpoint by
+    wh_ep_health.lua in the same round trip."""
 
     message: Message
-    outcome: str
+    outcome: str  # delivered | retry | deferred | dropped | failed
     delay_ms: int
-    attempt: Mapping[str, Any]
-    reason: str
+    attempt: Mapping[str, Any] | None  # None: not an attempt, not logged
+    reason: str = ""
+    code: str = ""
+    health: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Recorded:
+    """What recording a result changed: the message's status, and the endpoint's health."""
+
+    status: str
+    health: Health | None = None
 
 
 class WebhookStore:
@@ -54,6 +72,7 @@ class WebhookStore:
         self.redis = queue.redis
         self.keys = queue.keys
         self.settings = queue.settings
+        self.endpoints = EndpointStore(queue)
 
     async def setup(self) -> None:
         for p in range(self.settings.partitions):
@@ -127,24 +146,79 @@ class WebhookStore:
                     f["url"],
                     f["payload"].encode(),
                     int(f["attempts"]),
+                    f.get("target") or "job",
                 )
             )
         return out
 
-    async def record_many(self, results: Sequence[AttemptResult]) -> list[str | Exception]:
-        """Record many attempts in one round trip; each message's new status (or the error)."""
-        calls = []
+    async def record_many(self, results: Sequence[AttemptResult]) -> list[Recorded | Exception]:
+        """Record many results in one round trip: each message's new state, and for messages
+        to endpoints the endpoint's new health (or the error)."""
+        calls: list[ScriptCall] = []
+        positions: list[tuple[int, int | None]] = []
         for r in results:
             p = r.message.partition
+            attempt = orjson.dumps(dict(r.attempt)).decode() if r.attempt is not None else ""
+            result_at = len(calls)
             calls.append(ScriptCall(
                 Script.WH_RESULT,
                 [self.keys.webhook_due(p), self.keys.webhook_message(p, r.message.id),
                  self.keys.job_deliveries(r.message.job_id), self.keys.webhook_dead_letters(p)],
-                [r.message.id, r.outcome, r.delay_ms, orjson.dumps(dict(r.attempt)).decode(),
-                 LOG_CAP, self.settings.dlq_maxlen, JOB_RETENTION_MS, r.reason],
+                [r.message.id, r.outcome, r.delay_ms, attempt, LOG_CAP,
+                 self.settings.dlq_maxlen, JOB_RETENTION_MS, r.code, r.reason],
             ))  # fmt: skip
+            health_at = None
+            if r.health and r.message.endpoint_id:
+                health_at = len(calls)
+                calls.append(
+                    self.endpoints.health_call(r.message.tenant, r.message.endpoint_id, r.health)
+                )
+            positions.append((result_at, health_at))
         replies = await self.queue.scripts.run_many(calls)
-        return [r if isinstance(r, Exception) else str(r) for r in replies]
+        out: list[Recorded | Exception] = []
+        for result_at, health_at in positions:
+            status = replies[result_at]
+            if isinstance(status, Exception):
+                out.append(status)
+                continue
+            health = None
+            if health_at is not None and not isinstance(replies[health_at], Exception):
+                health = EndpointStore.parse_health(replies[health_at])
+            out.append(Recorded(str(status), health))
+        return out
+
+    # -- dead letters (operators) ----------------------------------------------------------
+
+    async def dead_letters(self, partition: int, count: int = 10_000) -> list[DeadLetter]:
+        entries = await self.redis.xrange(self.keys.webhook_dead_letters(partition), count=count)
+        return [DeadLetter(partition, eid, dict(f)) for eid, f in entries]
+
+    async def dead_letter(self, dlq_id: str) -> DeadLetter | None:
+        partition, entry_id = parse_dead_letter_id(dlq_id)
+        if partition >= self.settings.partitions:
+            return None
+        key = self.keys.webhook_dead_letters(partition)
+        entries = await self.redis.xrange(key, entry_id, entry_id)
+        return DeadLetter(partition, entries[0][0], dict(entries[0][1])) if entries else None
+
+    async def redrive(self, letter: DeadLetter) -> tuple[str, str]:
+        """Send a dead-lettered message again with a fresh attempt budget:
+        (redriven | gone | not_redrivable, detail)."""
+        message_id = letter.fields.get("message", "")
+        if not message_id:
+            return "not_redrivable", "entry names no message"
+        redriven, expired, _ = await self.endpoints.redrive_messages(
+            letter.partition, [(letter.entry_id, message_id)]
+        )
+        if redriven:
+            return "redriven", message_id
+        if expired:
+            return "not_redrivable", "the message has expired (its payload is gone); purge it"
+        return "gone", "already pending or delivered"
+
+    async def purge_dead_letter(self, letter: DeadLetter) -> bool:
+        key = self.keys.webhook_dead_letters(letter.partition)
+        return bool(await self.redis.xdel(key, letter.entry_id))
 
     async def deliveries(self, job_id: str) -> list[dict[str, Any]]:
         """The job's delivery attempts, oldest first."""

@@ -12,7 +12,7 @@ _PROBLEM_CODES = [
     "invalid_request", "unauthorized", "not_found", "method_not_allowed", "already_finished",
     "not_ready", "payload_too_large", "unsupported_media_type", "invalid_image",
     "image_too_large", "idempotency_key_reused", "rate_limited", "overloaded",
-    "internal_error",
+    "internal_error", "endpoint_limit_reached", "endpoint_disabled",
 ]  # fmt: skip
 
 
@@ -277,6 +277,7 @@ def openapi_document(server_url: str) -> dict[str, Any]:
                     },
                 }
             },
+            **_endpoint_paths(event_names),
             "/healthz": {
                 "get": {
                     "operationId": "healthz",
@@ -341,6 +342,7 @@ def openapi_document(server_url: str) -> dict[str, Any]:
                         "code": {"type": "string", "enum": _PROBLEM_CODES},
                     },
                 },
+                "WebhookEndpoint": _ENDPOINT_SCHEMA,
                 "Job": {
                     "type": "object",
                     "required": [
@@ -420,3 +422,156 @@ def openapi_document(server_url: str) -> dict[str, Any]:
             },
         },
     }
+
+
+_TIME_OR_NULL = {"type": ["string", "null"], "format": "date-time"}
+_ENDPOINT_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "required": ["id", "url", "events", "enabled", "created_at", "health", "urls"],
+    "properties": {
+        "id": {"type": "string", "pattern": "^ep_[0-9A-Z]{26}$"},
+        "url": {"type": "string"},
+        "events": {"type": "array", "items": {"type": "string"},
+                   "description": "subscribed event types; empty means every event"},
+        "enabled": {"type": "boolean"},
+        "created_at": {"type": "string", "format": "date-time"},
+        "disabled_at": _TIME_OR_NULL,
+        "disabled_reason": {"type": ["string", "null"]},
+        "health": {
+            "type": "object",
+            "required": ["circuit", "consecutive_failures"],
+            "properties": {
+                "circuit": {"type": "string", "enum": ["closed", "open", "half_open"]},
+                "open_until": _TIME_OR_NULL,
+                "consecutive_failures": {"type": "integer", "minimum": 0},
+                "failing_since": _TIME_OR_NULL,
+                "last_success_at": _TIME_OR_NULL,
+                "last_failure_at": _TIME_OR_NULL,
+            },
+        },
+        "previous_secret_expires_at": _TIME_OR_NULL,
+        "secret": {"type": "string", "pattern": "^whsec_",
+                   "description": "only when created and after a rotation"},
+        "urls": {"type": "object", "properties": {"self": {"type": "string"}}},
+    },
+}  # fmt: skip
+_ENDPOINT_ID = {
+    "name": "endpoint_id", "in": "path", "required": True,
+    "schema": {"type": "string", "maxLength": 64},
+}  # fmt: skip
+_ENDPOINT = {"application/json": {"schema": {"$ref": "#/components/schemas/WebhookEndpoint"}}}
+_ENDPOINT_404 = {
+    "401": _problem("missing or unknown API key"),
+    "404": _problem("no such webhook endpoint (or another tenant's)"),
+}
+_JSON_BODY_ERRORS = {
+    "400": _problem("invalid_request: bad JSON, unknown field, bad url or event name"),
+    "413": _problem("payload_too_large: the body exceeds 16 KB"),
+    "415": _problem("unsupported_media_type: the body must be application/json"),
+}
+
+
+def _json_request(schema: dict[str, Any], required: bool = True) -> dict[str, Any]:
+    return {"required": required, "content": {"application/json": {"schema": schema}}}
+
+
+def _endpoint_paths(event_names: list[str]) -> dict[str, Any]:
+    events = {"type": "array", "items": {"type": "string", "enum": event_names}}
+    url = {"type": "string", "maxLength": 2048}
+    return {
+        "/v1/webhook-endpoints": {
+            "post": {
+                "operationId": "createWebhookEndpoint",
+                "description": "Register an endpoint for the tenant's job events; the answer "
+                "carries its own whsec_ secret.",
+                "requestBody": _json_request({
+                    "type": "object", "required": ["url"], "additionalProperties": False,
+                    "properties": {"url": url, "events": events},
+                }),
+                "responses": {
+                    "201": {"description": "created", "content": _ENDPOINT,
+                            "headers": {"Location": {"schema": {"type": "string"}}}},
+                    **_JSON_BODY_ERRORS,
+                    "401": _problem("missing or unknown API key"),
+                    "409": _problem("endpoint_limit_reached"),
+                },
+            },
+            "get": {
+                "operationId": "listWebhookEndpoints",
+                "responses": {
+                    "200": {"description": "the tenant's endpoints", "content": {
+                        "application/json": {"schema": {
+                            "type": "object", "required": ["data"],
+                            "properties": {"data": {"type": "array", "items": {
+                                "$ref": "#/components/schemas/WebhookEndpoint"}}},
+                        }}}},
+                    "401": _problem("missing or unknown API key"),
+                },
+            },
+        },
+        "/v1/webhook-endpoints/{endpoint_id}": {
+            "get": {
+                "operationId": "getWebhookEndpoint",
+                "parameters": [_ENDPOINT_ID],
+                "responses": {"200": {"description": "the endpoint and its health",
+                                      "content": _ENDPOINT}, **_ENDPOINT_404},
+            },
+            "patch": {
+                "operationId": "updateWebhookEndpoint",
+                "description": "Change url, events or enabled; enabling clears the failure "
+                "record and closes the circuit.",
+                "parameters": [_ENDPOINT_ID],
+                "requestBody": _json_request({
+                    "type": "object", "additionalProperties": False,
+                    "properties": {"url": url, "events": events, "enabled": {"type": "boolean"}},
+                }),
+                "responses": {"200": {"description": "updated", "content": _ENDPOINT},
+                              **_JSON_BODY_ERRORS, **_ENDPOINT_404},
+            },
+            "delete": {
+                "operationId": "deleteWebhookEndpoint",
+                "parameters": [_ENDPOINT_ID],
+                "responses": {"204": {"description": "deleted"}, **_ENDPOINT_404},
+            },
+        },
+        "/v1/webhook-endpoints/{endpoint_id}/rotate-secret": {
+            "post": {
+                "operationId": "rotateWebhookEndpointSecret",
+                "description": "A new secret; the old one keeps signing (a second signature) "
+                "for 24 h (SPLATQ_WEBHOOK_ROTATION_OVERLAP_S).",
+                "parameters": [_ENDPOINT_ID],
+                "responses": {"200": {"description": "the endpoint with its new secret",
+                                      "content": _ENDPOINT}, **_ENDPOINT_404},
+            },
+        },
+        "/v1/webhook-endpoints/{endpoint_id}/recover": {
+            "post": {
+                "operationId": "recoverWebhookEndpoint",
+                "description": "Send again the endpoint's failed messages since a time (at "
+                "most SPLATQ_WEBHOOK_RECOVER_LIMIT per call).",
+                "parameters": [_ENDPOINT_ID],
+                "requestBody": _json_request({
+                    "type": "object", "required": ["since"], "additionalProperties": False,
+                    "properties": {"since": {"type": "string", "format": "date-time"}},
+                }),
+                "responses": {
+                    "202": {"description": "messages queued again", "content": {
+                        "application/json": {"schema": {
+                            "type": "object",
+                            "required": ["recovered", "expired", "truncated"],
+                            "properties": {
+                                "endpoint_id": {"type": "string"},
+                                "since": {"type": "string"},
+                                "recovered": {"type": "integer", "minimum": 0},
+                                "expired": {"type": "integer", "minimum": 0},
+                                "truncated": {"type": "boolean"},
+                                "limit": {"type": "integer"},
+                            },
+                        }}}},
+                    **_JSON_BODY_ERRORS,
+                    **_ENDPOINT_404,
+                    "409": _problem("endpoint_disabled: enable the endpoint first"),
+                },
+            },
+        },
+    }  # fmt: skip

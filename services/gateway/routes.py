@@ -19,6 +19,7 @@ from redis.exceptions import RedisError
 
 from services.gateway.app import METRICS, QUEUE, REGISTRY_KEY, SETTINGS, STORAGE, TRACE_ID
 from services.gateway.auth import authenticate
+from services.gateway.endpoints import add_endpoint_routes
 from services.gateway.images import ImageRejected, ValidatedImage, validate_image
 from services.gateway.openapi import openapi_document
 from services.gateway.problems import ApiError, not_found
@@ -57,6 +58,7 @@ def add_routes(app: web.Application) -> None:
     app.router.add_get("/v1/jobs/{job_id}/events", job_events)
     app.router.add_get("/v1/jobs/{job_id}/deliveries", job_deliveries)
     app.router.add_get("/v1/webhook-secret", webhook_secret)
+    add_endpoint_routes(app)
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)
     app.router.add_get("/metrics", metrics)

@@ -74,7 +74,7 @@ def parse_params(raw: Any, allow_private_webhooks: bool = False) -> Params:
         raise invalid_request(f"quality must be one of {list(QUALITIES)}, got {quality!r}")
     webhook_url = raw.get("webhook_url") or ""
     if webhook_url:
-        _check_webhook_url(webhook_url, allow_private_webhooks)
+        check_webhook_url(webhook_url, allow_private_webhooks)
     events = raw.get("webhook_events", [])
     names = {e.value for e in EventType}
     if not isinstance(events, list) or not all(isinstance(e, str) for e in events):
@@ -95,15 +95,16 @@ def parse_params(raw: Any, allow_private_webhooks: bool = False) -> Params:
     return Params(quality, webhook_url, tuple(dict.fromkeys(events)), metadata, cache)
 
 
-def _check_webhook_url(url: Any, allow_private: bool) -> None:
+def check_webhook_url(url: Any, allow_private: bool, field: str = "webhook_url") -> str:
     """The SSRF guard's registration-time check (https only, public hosts only, unless
     SPLATQ_WEBHOOK_ALLOW_PRIVATE); the dispatcher checks every address again at connect."""
     if not isinstance(url, str):
-        raise invalid_request("webhook_url must be a string")
+        raise invalid_request(f"{field} must be a string")
     try:
         check_url(url, allow_private=allow_private, require_https=not allow_private)
     except UrlRejected as exc:
-        raise invalid_request(f"webhook_url rejected ({exc.code}): {exc.message}") from None
+        raise invalid_request(f"{field} rejected ({exc.code}): {exc.message}") from None
+    return url
 
 
 def idempotency_key(request: web.Request) -> str:
@@ -126,7 +127,7 @@ async def read_submission(
     if ctype == "multipart/form-data":
         return await _read_multipart(request, max_bytes, allow_private_webhooks)
     if ctype == "application/json":
-        body = await _read_capped(request, max_bytes)
+        body = await read_capped(request, max_bytes)
         try:
             doc = orjson.loads(body)
         except orjson.JSONDecodeError as exc:
@@ -143,7 +144,7 @@ async def read_submission(
     )  # fmt: skip
 
 
-async def _read_capped(request: web.Request, max_bytes: int) -> bytes:
+async def read_capped(request: web.Request, max_bytes: int) -> bytes:
     chunks: list[bytes] = []
     size = 0
     async for chunk in request.content.iter_chunked(64 * 1024):

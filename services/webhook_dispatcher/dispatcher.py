@@ -1,5 +1,6 @@
-"""The webhook dispatcher: fans each outbox event out to its targets (today: the job's
-`webhook_url`) and delivers every message signed, SSRF-guarded and retried durably.
+"""The webhook dispatcher: fans each outbox event out to its targets (the job's `webhook_url`
+and the tenant's endpoints subscribed to the event) and delivers every message signed,
+SSRF-guarded, retried durably and held back while its endpoint's circuit is open.
 
 Two loops: `fan_out` reads the events streams with its own consumer group; `deliver` claims
 due messages and sends them. State lives in Redis only, so any process may die at any line.
@@ -22,17 +23,27 @@ from services.webhook_dispatcher.metrics import DispatcherMetrics
 from services.webhook_dispatcher.policy import (
     Decision,
     classify_response,
+    defer_delay_ms,
+    endpoint_wants,
     retry_or_fail,
     should_deliver,
 )
 from shared.ids import is_job_id
 from shared.queue import JobQueue
 from shared.ssrf import BlockedAddress, guarded_connector
+from shared.webhook_endpoints import Gate, Health
 from shared.webhook_signing import signed_headers
-from shared.webhook_store import DISPATCHER_GROUP, AttemptResult, Message, WebhookStore
+from shared.webhook_store import (
+    DISPATCHER_GROUP,
+    AttemptResult,
+    Message,
+    Recorded,
+    WebhookStore,
+)
 
 log = structlog.get_logger("splatq.dispatcher")
 EVENTS_RECLAIM_IDLE_MS = 30_000
+CLAIM_BATCH = 100
 SNIPPET_BYTES = 512
 
 
@@ -53,7 +64,10 @@ class Dispatcher:
         self._in_flight: set[asyncio.Task[None]] = set()
         self._slots = asyncio.Semaphore(self.settings.webhook_concurrency)
         self._secrets: dict[str, tuple[float, str]] = {}
-        self._results: asyncio.Queue[tuple[AttemptResult, asyncio.Future[str]]] = asyncio.Queue()
+        self._results: asyncio.Queue[tuple[AttemptResult, asyncio.Future[Recorded]]] = (
+            asyncio.Queue()
+        )
+        self._open_circuits: dict[str, int] = {}  # endpoint id -> open until (ms), as seen here
 
     def stop(self) -> None:
         self._stopping.set()
@@ -125,26 +139,44 @@ class Dispatcher:
                 await asyncio.sleep(1)
 
     async def _fan_out(self, partition: int, entries: list[tuple[str, dict[str, str]]]) -> None:
-        """Two round trips per batch: the jobs' webhook settings, then every fan-out script."""
+        """Two round trips per batch: the jobs' webhook settings and the tenants' endpoint
+        subscriptions (one pipeline), then every fan-out script."""
+        keys = self.queue.keys
+        tenants = sorted({f["tenant"] for _, f in entries if f.get("tenant")})
         pipe = self.queue.redis.pipeline(transaction=False)
         for _, fields in entries:
             job_id = fields.get("job_id", "")
-            key = self.queue.keys.job(job_id) if is_job_id(job_id) else "splatq:none"
+            key = keys.job(job_id) if is_job_id(job_id) else "splatq:none"
             pipe.hmget(key, ["webhook_url", "webhook_events"])
-        targets = await pipe.execute()
+        for tenant in tenants:
+            pipe.hgetall(keys.webhook_endpoints(tenant))
+        replies = await pipe.execute()
+        subscriptions = dict(zip(tenants, replies[len(entries) :], strict=True))
+        created_ms = str(int(time.time() * 1000))
         batch = []
-        for (entry_id, fields), (url, events) in zip(entries, targets, strict=True):
+        for (entry_id, fields), (url, events) in zip(entries, replies, strict=False):
             event_type = fields.get("type", "")
-            subscribed = tuple(e for e in (events or "").split(",") if e)
-            messages = []
-            if url and event_type and should_deliver(event_type, subscribed):
-                messages.append({
-                    "id": f"{fields['event_id']}:job", "event_id": fields["event_id"],
-                    "event_type": event_type, "job_id": fields["job_id"],
-                    "tenant": fields.get("tenant", ""), "url": url,
-                    "payload": fields.get("payload", "{}"), "target": "job",
-                    "created_ms": str(int(time.time() * 1000)),
-                })  # fmt: skip
+            event_id = fields.get("event_id", "")
+            tenant = fields.get("tenant", "")
+            messages: list[dict[str, str]] = []
+            if event_type and event_id:
+                common = {
+                    "event_id": event_id,
+                    "event_type": event_type,
+                    "job_id": fields.get("job_id", ""),
+                    "tenant": tenant,
+                    "payload": fields.get("payload", "{}"),
+                    "created_ms": created_ms,
+                }
+                subscribed = tuple(e for e in (events or "").split(",") if e)
+                if url and should_deliver(event_type, subscribed):
+                    messages.append({**common, "id": f"{event_id}:job", "url": url})
+                    messages[-1]["target"] = "job"
+                for endpoint_id, wanted in sorted((subscriptions.get(tenant) or {}).items()):
+                    if endpoint_wants(event_type, tuple(e for e in wanted.split(",") if e)):
+                        message = {**common, "id": f"{event_id}:{endpoint_id}", "url": ""}
+                        message["target"] = endpoint_id
+                        messages.append(message)
             batch.append((entry_id, messages))
         await self.store.fan_out(partition, batch)
 
@@ -160,15 +192,7 @@ class Dispatcher:
                 found = 0
                 now_ms = int(time.time() * 1000)
                 for p in range(self.settings.partitions):
-                    ids = await self.store.due(p, now_ms, 100)
-                    if not ids:
-                        continue
-                    for message in await self.store.claim(p, ids, visibility_ms):
-                        found += 1
-                        await self._slots.acquire()
-                        task = asyncio.create_task(self._deliver(http, message))
-                        self._in_flight.add(task)
-                        task.add_done_callback(self._finished)
+                    found += await self._claim_and_send(http, p, now_ms, visibility_ms)
                 if not found:
                     await asyncio.sleep(0.05)
                 if self.metrics is not None and time.monotonic() >= next_sample:
@@ -180,16 +204,99 @@ class Dispatcher:
                 log.exception("dispatcher.deliver_loop_failed")
                 await asyncio.sleep(1)
 
+    async def _claim_and_send(
+        self, http: aiohttp.ClientSession, partition: int, now_ms: int, visibility_ms: int
+    ) -> int:
+        """Claim at most as many due messages as there are free delivery slots (a claimed
+        message's visibility timeout runs from the claim, so none waits for a slot), gate
+        them, and start their attempts. Returns the number claimed."""
+        free = await self._reserve_slots(CLAIM_BATCH)
+        try:
+            ids = await self.store.due(partition, now_ms, free)
+            claimed = await self.store.claim(partition, ids, visibility_ms) if ids else []
+            gates = await self._gates(claimed)
+        except BaseException:
+            for _ in range(free):
+                self._slots.release()
+            raise
+        for message in claimed:
+            gate = gates.get(message.id)
+            if gate is not None and gate.verdict not in {"send", "probe"}:
+                self._hold_back(message, gate)
+                continue
+            free -= 1  # the attempt's task releases it
+            task = asyncio.create_task(self._deliver(http, message, gate))
+            self._in_flight.add(task)
+            task.add_done_callback(self._finished)
+        for _ in range(free):
+            self._slots.release()
+        return len(claimed)
+
+    async def _reserve_slots(self, most: int) -> int:
+        """Wait for one free delivery slot, then take every other free one (up to `most`)."""
+        await self._slots.acquire()
+        taken = 1
+        while taken < most and not self._slots.locked():
+            await self._slots.acquire()  # free: returns at once
+            taken += 1
+        return taken
+
+    async def _gates(self, messages: list[Message]) -> dict[str, Gate]:
+        """For messages to endpoints: may each be sent now, where, signed with what? One
+        round trip for the batch (the breaker's check-and-take is one script per message)."""
+        to_endpoints = [m for m in messages if m.endpoint_id]
+        if not to_endpoints:
+            return {}
+        endpoints = self.store.endpoints
+        replies = await self.queue.scripts.run_many(
+            [endpoints.gate_call(m.tenant, m.endpoint_id) for m in to_endpoints]
+        )
+        gates: dict[str, Gate] = {}
+        for m, reply in zip(to_endpoints, replies, strict=True):
+            if isinstance(reply, Exception):
+                raise reply
+            gates[m.id] = endpoints.parse_gate(reply)
+        return gates
+
+    def _hold_back(self, m: Message, gate: Gate) -> None:
+        """A message not sent now: its endpoint's circuit is open (deferred, the attempt is
+        given back), the endpoint is disabled (dead-lettered, `recover` sends it later) or
+        deleted (dropped)."""
+        if gate.verdict == "defer":
+            delay = defer_delay_ms(gate.until_ms, int(time.time() * 1000), self._rng)
+            result = AttemptResult(m, "deferred", delay, None, code="circuit_open")
+            if self.metrics is not None:
+                self.metrics.deferred.inc()
+        else:
+            disabled = gate.verdict == "disabled"
+            reason = f"endpoint disabled: {gate.reason}" if disabled else "endpoint deleted"
+            outcome = "failed" if disabled else "dropped"
+            attempt = self._attempt_record(m, m.url, None, 0.0, outcome, reason, "")
+            result = AttemptResult(
+                m, outcome, 0, attempt, reason, code="endpoint_disabled" if disabled else ""
+            )
+            if self.metrics is not None:
+                self.metrics.attempts.labels(outcome, "none").inc()
+        done = self._submit(result)
+        done.add_done_callback(_log_record_failure)
+
     async def _sample(self) -> None:
         assert self.metrics is not None
         keys = self.queue.keys
+        now_ms = int(time.time() * 1000)
         for p in range(self.settings.partitions):
-            self.metrics.pending.labels(str(p)).set(
-                await self.queue.redis.zcard(keys.webhook_due(p))
-            )
-            self.metrics.dead_letters.labels(str(p)).set(
-                await self.queue.redis.xlen(keys.webhook_dead_letters(p))
-            )
+            pipe = self.queue.redis.pipeline(transaction=False)
+            pipe.zcard(keys.webhook_due(p))
+            pipe.xlen(keys.webhook_dead_letters(p))
+            pipe.zrange(keys.webhook_due(p), 0, 0, withscores=True)
+            pending, dead, oldest = await pipe.execute()
+            self.metrics.pending.labels(str(p)).set(pending)
+            self.metrics.dead_letters.labels(str(p)).set(dead)
+            lag_ms = max(0.0, now_ms - oldest[0][1]) if oldest else 0.0
+            self.metrics.due_lag.labels(str(p)).set(lag_ms / 1000)
+        self.metrics.open_circuits.set(
+            sum(until > now_ms for until in self._open_circuits.values())
+        )
 
     def _finished(self, task: asyncio.Task[None]) -> None:
         self._in_flight.discard(task)
@@ -198,10 +305,14 @@ class Dispatcher:
             # The message stays claimed and becomes due again after the visibility timeout.
             log.error("webhook.attempt_crashed", error=repr(task.exception()))
 
-    async def _deliver(self, http: aiohttp.ClientSession, m: Message) -> None:
+    async def _deliver(self, http: aiohttp.ClientSession, m: Message, gate: Gate | None) -> None:
         s = self.settings
-        secret = await self._secret(m.tenant)
-        headers = signed_headers([secret], m.event_id, int(time.time()), m.payload)
+        secrets: tuple[str, ...]
+        if gate is None:
+            url, secrets = m.url, (await self._secret(m.tenant),)
+        else:
+            url, secrets = gate.url, gate.secrets
+        headers = signed_headers(secrets, m.event_id, int(time.time()), m.payload)
         headers["Content-Type"] = "application/json"
         headers["User-Agent"] = "splatq-webhooks/1"
         started = time.perf_counter()
@@ -209,7 +320,7 @@ class Dispatcher:
         snippet = ""
         try:
             async with http.post(
-                m.url, data=m.payload, headers=headers, allow_redirects=False
+                url, data=m.payload, headers=headers, allow_redirects=False
             ) as resp:
                 status = resp.status
                 snippet = (await resp.content.read(SNIPPET_BYTES)).decode(errors="replace")
@@ -224,49 +335,101 @@ class Dispatcher:
                 )
         except aiohttp.ClientConnectorError as exc:
             if isinstance(exc.os_error, BlockedAddress):
-                decision = Decision("failed", reason=f"blocked address: {exc.os_error}")
+                reason = f"blocked address: {exc.os_error}"
+                decision = Decision("failed", reason=reason, code="blocked")
             else:
                 decision = self._transient(m, f"connect error: {exc}")
-        except (TimeoutError, aiohttp.ClientError) as exc:
+        except (TimeoutError, aiohttp.ClientError, ValueError) as exc:
+            # ValueError: a URL aiohttp cannot use (registered before a stricter check).
             decision = self._transient(m, f"{type(exc).__name__}: {exc}")
         latency_ms = round((time.perf_counter() - started) * 1000, 1)
-        attempt: dict[str, Any] = {
-            "message_id": m.id, "event_id": m.event_id, "event": m.event_type, "url": m.url,
-            "attempt": m.attempts, "at": int(time.time()), "status_code": status,
-            "latency_ms": latency_ms, "outcome": decision.outcome,
-            "error": decision.reason or None, "response": snippet or None,
-        }  # fmt: skip
+        attempt = self._attempt_record(
+            m, url, status, latency_ms, decision.outcome, decision.reason, snippet
+        )
+        if gate is not None and gate.verdict == "probe":
+            attempt["probe"] = True
         # Counted before the record is written: the attempt happened either way.
         if self.metrics is not None:
             status_class = f"{status // 100}xx" if status else "none"
             self.metrics.attempts.labels(decision.outcome, status_class).inc()
             self.metrics.attempt_seconds.observe(latency_ms / 1000)
-        new_status = await self._record(
-            AttemptResult(m, decision.outcome, decision.delay_ms, attempt, decision.reason)
+        recorded = await self._submit(
+            AttemptResult(
+                m,
+                decision.outcome,
+                decision.delay_ms,
+                attempt,
+                decision.reason,
+                code=decision.code,
+                health=decision.health if m.endpoint_id else "",
+            )
         )
         log.info(
             "webhook.attempt",
             job_id=m.job_id,
             event_id=m.event_id,
+            target=m.target,
             attempt=m.attempts,
             status_code=status,
             outcome=decision.outcome,
-            message_status=new_status,
+            message_status=recorded.status,
             latency_ms=latency_ms,
         )
+        if recorded.health is not None:
+            self._note_health(m, recorded.health)
 
-    async def _record(self, result: AttemptResult) -> str:
+    @staticmethod
+    def _attempt_record(
+        m: Message,
+        url: str,
+        status: int | None,
+        latency_ms: float,
+        outcome: str,
+        reason: str,
+        snippet: str,
+    ) -> dict[str, Any]:
+        return {
+            "message_id": m.id, "event_id": m.event_id, "event": m.event_type,
+            "target": m.target, "url": url, "attempt": m.attempts, "at": int(time.time()),
+            "status_code": status, "latency_ms": latency_ms, "outcome": outcome,
+            "error": reason or None, "response": snippet or None,
+        }  # fmt: skip
+
+    def _note_health(self, m: Message, health: Health) -> None:
+        """Track circuits this process has seen open (the metric) and log transitions."""
+        endpoint_id = m.endpoint_id
+        was_open = endpoint_id in self._open_circuits
+        if health.state == "open":
+            self._open_circuits[endpoint_id] = health.open_until_ms
+            if not was_open and self.metrics is not None:
+                self.metrics.circuit_transitions.labels("open").inc()
+            if not was_open:
+                log.warning("webhook.circuit_opened", endpoint_id=endpoint_id, tenant=m.tenant,
+                            open_until_ms=health.open_until_ms)  # fmt: skip
+            return
+        self._open_circuits.pop(endpoint_id, None)
+        if health.state == "disabled":
+            if self.metrics is not None:
+                self.metrics.circuit_transitions.labels("disabled").inc()
+            log.warning("webhook.endpoint_disabled", endpoint_id=endpoint_id, tenant=m.tenant)
+        elif was_open and health.state == "closed":
+            if self.metrics is not None:
+                self.metrics.circuit_transitions.labels("closed").inc()
+            log.info("webhook.circuit_closed", endpoint_id=endpoint_id, tenant=m.tenant)
+
+    def _submit(self, result: AttemptResult) -> asyncio.Future[Recorded]:
         """Hand the result to the recorder, which writes everything finished at the same
         moment in one round trip (as the engine's committer does)."""
-        done: asyncio.Future[str] = asyncio.get_running_loop().create_future()
-        await self._results.put((result, done))
-        return await done
+        done: asyncio.Future[Recorded] = asyncio.get_running_loop().create_future()
+        self._results.put_nowait((result, done))
+        return done
 
     async def _record_loop(self) -> None:
         while True:
             batch = [await self._results.get()]
             while not self._results.empty() and len(batch) < 256:
                 batch.append(self._results.get_nowait())
+            statuses: list[Recorded | Exception]
             try:
                 statuses = await self.store.record_many([r for r, _ in batch])
             except Exception as exc:
@@ -298,3 +461,9 @@ class Dispatcher:
             s.webhook_retry_cap_ms,
             self._rng,
         )
+
+
+def _log_record_failure(done: asyncio.Future[Recorded]) -> None:
+    if not done.cancelled() and done.exception() is not None:
+        # The message stays claimed and becomes due again after the visibility timeout.
+        log.error("webhook.record_failed", error=repr(done.exception()))

@@ -1,5 +1,6 @@
 """Prometheus metrics of the webhook dispatcher: attempts by outcome and status class,
-attempt latency, messages waiting, dead letters. Definitions only."""
+attempt latency, messages waiting and how late, dead letters, circuit breaker state.
+Definitions only."""
 
 from __future__ import annotations
 
@@ -14,6 +15,10 @@ class DispatcherMetrics:
     attempt_seconds: Histogram
     pending: Gauge
     dead_letters: Gauge
+    due_lag: Gauge
+    deferred: Counter
+    circuit_transitions: Counter
+    open_circuits: Gauge
 
     @classmethod
     def create(cls, registry: CollectorRegistry = REGISTRY) -> DispatcherMetrics:
@@ -40,6 +45,28 @@ class DispatcherMetrics:
                 "splatq_webhook_dead_letter_length",
                 "Entries in the webhook dead-letter stream",
                 ["partition"],
+                registry=registry,
+            ),
+            due_lag=Gauge(
+                "splatq_webhook_due_lag_seconds",
+                "How late the most overdue message is (0 when none is overdue)",
+                ["partition"],
+                registry=registry,
+            ),
+            deferred=Counter(
+                "splatq_webhook_deferred_total",
+                "Messages held back because their endpoint's circuit was open",
+                registry=registry,
+            ),
+            circuit_transitions=Counter(
+                "splatq_webhook_circuit_transitions_total",
+                "Endpoint circuit changes seen by this dispatcher (open, closed, disabled)",
+                ["to"],
+                registry=registry,
+            ),
+            open_circuits=Gauge(
+                "splatq_webhook_open_circuits",
+                "Endpoints whose circuit this dispatcher last saw open",
                 registry=registry,
             ),
         )

@@ -13,8 +13,20 @@ TRANSIENT_STATUSES = frozenset({408, 429, 502, 503, 504})
 
 
 def should_deliver(event_type: str, subscribed: tuple[str, ...]) -> bool:
-    """Everything when no filter was given; terminal events always (the contract)."""
+    """A job's `webhook_url`: everything when no filter was given; terminal events always
+    (the contract)."""
     return not subscribed or event_type in subscribed or event_type in TERMINAL_EVENTS
+
+
+def endpoint_wants(event_type: str, subscribed: tuple[str, ...]) -> bool:
+    """A registered endpoint: exactly the event types it subscribed to (none = all)."""
+    return not subscribed or event_type in subscribed
+
+
+def defer_delay_ms(until_ms: int, now_ms: int, rng: random.Random, spread_ms: int = 500) -> int:
+    """Wait for an open circuit's probe time, spread so deferred messages do not all wake
+    together."""
+    return max(0, until_ms - now_ms) + rng.randint(0, spread_ms)
 
 
 @dataclass(frozen=True, slots=True)
@@ -22,6 +34,11 @@ class Decision:
     outcome: str  # delivered | retry | failed
     delay_ms: int = 0
     reason: str = ""
+    # Why a message failed, as a stable code (the dead-letter entry's `reason`):
+    # exhausted | refused | gone | blocked | endpoint_disabled
+    code: str = ""
+    # What the attempt says about the endpoint's health: ok | fail | gone
+    health: str = "fail"
 
 
 def retry_or_fail(
@@ -35,7 +52,9 @@ def retry_or_fail(
 ) -> Decision:
     """Back off with full jitter (but never sooner than a Retry-After), or give up."""
     if attempt >= max_attempts:
-        return Decision("failed", reason=f"{reason}; gave up after {attempt} attempts")
+        return Decision(
+            "failed", reason=f"{reason}; gave up after {attempt} attempts", code="exhausted"
+        )
     delay = max(full_jitter_ms(attempt, base_ms, cap_ms, rng), not_before_ms)
     return Decision("retry", delay_ms=delay, reason=reason)
 
@@ -60,9 +79,14 @@ def classify_response(
     (redirects are never followed) retried, honouring Retry-After up to the cap; other 4xx
     failed at once (the receiver refuses this message)."""
     if 200 <= status < 300:
-        return Decision("delivered")
+        return Decision("delivered", health="ok")
     if status == 410:
-        return Decision("failed", reason="410 gone: the receiver no longer wants deliveries")
+        return Decision(
+            "failed",
+            reason="410 gone: the receiver no longer wants deliveries",
+            code="gone",
+            health="gone",
+        )
     if status in TRANSIENT_STATUSES or status >= 500 or 300 <= status < 400:
         return retry_or_fail(
             f"HTTP {status}",
@@ -73,4 +97,4 @@ def classify_response(
             rng,
             parse_retry_after_ms(retry_after, cap_ms),
         )
-    return Decision("failed", reason=f"HTTP {status}: refused by the receiver")
+    return Decision("failed", reason=f"HTTP {status}: refused by the receiver", code="refused")

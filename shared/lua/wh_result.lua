@@ -1,18 +1,32 @@
 -- wh_result: record one delivery attempt and decide the message's next state: delivered,
--- retry at a later time (durable: it is a score in the due set), or failed (dead-lettered
--- with its attempt count; a permanent answer, or the last attempt).
+-- retry at a later time (durable: it is a score in the due set), deferred (not attempted:
+-- the endpoint's circuit is open; the attempt is given back), dropped (its endpoint was
+-- deleted) or failed (dead-lettered with its attempt count: a permanent answer, the last
+-- attempt, or a disabled endpoint).
 -- KEYS (one slot): 1 due zset, 2 message hash, 3 job delivery log, 4 webhook dead letters
--- ARGV: 1 message id, 2 outcome 'delivered'|'retry'|'failed', 3 delay ms (retry),
---       4 attempt record JSON, 5 log cap, 6 dead-letter maxlen, 7 retention ms, 8 reason
+-- ARGV: 1 message id, 2 outcome 'delivered'|'retry'|'deferred'|'dropped'|'failed',
+--       3 delay ms (retry, deferred), 4 attempt record JSON ('' = not logged), 5 log cap,
+--       6 dead-letter maxlen, 7 retention ms, 8 reason code, 9 reason detail
 -- Returns the message's new status
 local now = now_ms()
-redis.call('LPUSH', KEYS[3], ARGV[4])
-redis.call('LTRIM', KEYS[3], 0, tonumber(ARGV[5]) - 1)
-redis.call('PEXPIRE', KEYS[3], ARGV[7])
 local outcome = ARGV[2]
-if outcome == 'retry' then
+if redis.call('HGET', KEYS[2], 'status') ~= 'pending' then
+  -- Recorded already (a duplicate result after a visibility timeout): first one wins.
+  return redis.call('HGET', KEYS[2], 'status') or 'missing'
+end
+if ARGV[4] ~= '' then
+  redis.call('LPUSH', KEYS[3], ARGV[4])
+  redis.call('LTRIM', KEYS[3], 0, tonumber(ARGV[5]) - 1)
+  redis.call('PEXPIRE', KEYS[3], ARGV[7])
+end
+if outcome == 'retry' or outcome == 'deferred' then
   local at = now + tonumber(ARGV[3])
-  redis.call('HSET', KEYS[2], 'status', 'pending', 'next_at_ms', at, 'last_error', ARGV[8])
+  if outcome == 'deferred' then
+    redis.call('HINCRBY', KEYS[2], 'attempts', -1)
+    redis.call('HSET', KEYS[2], 'next_at_ms', at, 'deferred_by', ARGV[8])
+  else
+    redis.call('HSET', KEYS[2], 'next_at_ms', at, 'last_error', ARGV[9])
+  end
   redis.call('ZADD', KEYS[1], at, ARGV[1])
   return 'pending'
 end
@@ -22,9 +36,15 @@ if outcome == 'delivered' then
   redis.call('HSET', KEYS[2], 'status', 'delivered', 'delivered_at_ms', now)
   return 'delivered'
 end
-redis.call('HSET', KEYS[2], 'status', 'failed', 'failed_at_ms', now, 'last_error', ARGV[8])
-local m = redis.call('HMGET', KEYS[2], 'event_id', 'job_id', 'tenant', 'url', 'attempts')
+if outcome == 'dropped' then
+  redis.call('HSET', KEYS[2], 'status', 'dropped', 'last_error', ARGV[9])
+  return 'dropped'
+end
+redis.call('HSET', KEYS[2], 'status', 'failed', 'failed_at_ms', now, 'last_error', ARGV[9])
+local m = redis.call('HMGET', KEYS[2], 'event_id', 'job_id', 'tenant', 'url', 'attempts',
+  'target', 'event_type')
 redis.call('XADD', KEYS[4], 'MAXLEN', '~', ARGV[6], '*', 'message', ARGV[1],
-  'event_id', m[1] or '', 'job', m[2] or '', 'tenant', m[3] or '', 'url', m[4] or '',
-  'attempts', m[5] or '0', 'reason', ARGV[8], 'at_ms', now)
+  'event_id', m[1] or '', 'event', m[7] or '', 'job', m[2] or '', 'tenant', m[3] or '',
+  'target', m[6] or '', 'url', m[4] or '', 'attempts', m[5] or '0', 'reason', ARGV[8],
+  'detail', ARGV[9], 'at_ms', now)
 return 'failed'

@@ -187,3 +187,39 @@ def test_events_of_an_unknown_job_answer_404_problem_at_once(gateway_url: str) -
     assert resp.status_code == 404
     assert resp.headers["Content-Type"].startswith("application/problem+json")
     assert resp.json()["code"] == "not_found"
+
+
+@pytest.fixture(scope="module")
+def acme_endpoint_id(gateway_url: str) -> str:
+    """A real webhook endpoint of tenant acme (a public address literal: no DNS lookup)."""
+    resp = requests.post(
+        f"{gateway_url}/v1/webhook-endpoints",
+        headers=AUTH_A,
+        json={"url": "https://93.184.216.34/hooks", "events": ["3d_reconstruction.completed"]},
+        timeout=REQUEST_TIMEOUT_S,
+    )
+    assert resp.status_code == 201, resp.text
+    endpoint_id: str = resp.json()["id"]
+    return endpoint_id
+
+
+# As above for webhook endpoints: generated cases aimed at a real endpoint (show, change,
+# rotate, recover). Deleting it is left out so that every case finds it.
+@schema.include(
+    operation_id=[
+        "getWebhookEndpoint",
+        "updateWebhookEndpoint",
+        "rotateWebhookEndpointSecret",
+        "recoverWebhookEndpoint",
+    ]
+).parametrize()
+@settings(FUZZ_SETTINGS, max_examples=15)
+def test_operations_on_an_existing_endpoint_conform_to_the_openapi_document(
+    case: schemathesis.Case[Any], gateway_url: str, acme_endpoint_id: str
+) -> None:
+    """Generated requests on a real endpoint get documented statuses, types and bodies."""
+    assert case.path_parameters is not None
+    case.path_parameters["endpoint_id"] = acme_endpoint_id
+    case.call_and_validate(
+        base_url=gateway_url, headers=dict(AUTH_A), checks=CHECKS, timeout=REQUEST_TIMEOUT_S
+    )

@@ -13,10 +13,12 @@ from shared.keys import StreamName
 from shared.queue import JobQueue
 from shared.reaper import Reaper
 from shared.redis_server import RedisServer
+from shared.webhook_store import AttemptResult, Recorded, WebhookStore
 from tests.conftest import REPO_ROOT, WorkerFactory, spec, wait_for_status, wait_until
 from tests.system.conftest import worker_env
 
 pytestmark = pytest.mark.slow
+COMPLETED = "3d_reconstruction.completed"
 
 
 async def splatq_dlq(redis_url: str, *args: str) -> tuple[int, str, str]:
@@ -115,3 +117,63 @@ async def test_malformed_entries_cannot_be_redriven_but_can_be_purged(
     assert code == 0
     assert orjson.loads(out)[0]["outcome"] == "purged"
     assert await redis.xlen(queue.keys.dead_letters(0)) == 0
+
+
+async def _dead_letter_a_webhook_message(queue: JobQueue, code: str) -> str:
+    """A message that failed for good (as the dispatcher records a 410): returns its id."""
+    job_id = (await queue.enqueue(spec())).job_id
+    store = WebhookStore(queue)
+    message_id = f"evt_{code}:job"
+    fields = {"id": message_id, "event_id": f"evt_{code}", "event_type": COMPLETED,
+              "job_id": job_id, "tenant": "acme", "url": "https://93.184.216.34/h",
+              "payload": "{}", "target": "job", "created_ms": "1"}  # fmt: skip
+    await store.fan_out(0, [("0-1", [fields])])
+    [message] = await store.claim(0, [message_id], 60_000)
+    [recorded] = await store.record_many(
+        [AttemptResult(message, "failed", 0, {"outcome": "failed"}, "HTTP 410", code=code)]
+    )
+    assert isinstance(recorded, Recorded)
+    assert recorded.status == "failed"
+    return message_id
+
+
+async def test_webhook_dead_letters_are_listed_redriven_and_purged(
+    queue: JobQueue, redis: Redis, redis_server: RedisServer
+) -> None:
+    """`--kind webhooks`: a failed message is listed by code, redriven (pending again, due
+    now, a fresh attempt budget) and a second one purged; jobs' dead letters are separate."""
+    gone = await _dead_letter_a_webhook_message(queue, "gone")
+    refused = await _dead_letter_a_webhook_message(queue, "refused")
+    code, out, _ = await splatq_dlq(redis_server.url, "list", "--kind", "webhooks", "--json")
+    assert code == 0
+    assert sorted(e["reason"] for e in orjson.loads(out)) == ["gone", "refused"]
+    code, _, _ = await splatq_dlq(redis_server.url, "list", "--json")
+    assert code == 1  # no job dead letters
+
+    code, out, _ = await splatq_dlq(
+        redis_server.url, "list", "--kind", "webhooks", "--code", "gone", "--json"
+    )
+    [entry] = orjson.loads(out)
+    assert entry["fields"]["message"] == gone
+    code, out, _ = await splatq_dlq(
+        redis_server.url, "show", "--kind", "webhooks", entry["id"], "--json"
+    )
+    assert code == 0
+    assert orjson.loads(out)["fields"]["target"] == "job"
+    code, out, _ = await splatq_dlq(
+        redis_server.url, "redrive", "--kind", "webhooks", entry["id"], "--json"
+    )
+    assert code == 0, out
+    assert orjson.loads(out)[0]["outcome"] == "redriven"
+    message = await redis.hgetall(queue.keys.webhook_message(0, gone))
+    assert (message["status"], message["attempts"]) == ("pending", "0")
+    assert await redis.zscore(queue.keys.webhook_due(0), gone) is not None
+    assert await redis.ttl(queue.keys.webhook_message(0, gone)) == -1  # kept until delivered
+
+    code, out, _ = await splatq_dlq(
+        redis_server.url, "purge", "--kind", "webhooks", "--all", "--json"
+    )
+    assert code == 0
+    assert [r["outcome"] for r in orjson.loads(out)] == ["purged"]
+    assert await redis.xlen(queue.keys.webhook_dead_letters(0)) == 0
+    assert (await redis.hget(queue.keys.webhook_message(0, refused), "status")) == "failed"

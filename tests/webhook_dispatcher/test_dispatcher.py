@@ -3,26 +3,19 @@ classified, isolated per endpoint, SSRF-guarded, and surviving SIGKILL."""
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import signal
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass, field
+from collections.abc import Callable
 from typing import Any
 
 import orjson
 import pytest
 import standardwebhooks
-from aiohttp import web
-from aiohttp.test_utils import TestServer
-from prometheus_client import CollectorRegistry
 from redis.asyncio import Redis
 
 from services.webhook_dispatcher.dispatcher import Dispatcher
-from services.webhook_dispatcher.metrics import DispatcherMetrics
 from services.webhook_dispatcher.policy import classify_response, should_deliver
 from shared.jobs import JobSpec
 from shared.queue import JobQueue
@@ -31,78 +24,9 @@ from shared.settings import Settings
 from shared.webhook_store import WebhookStore
 from tests.conftest import REPO_ROOT, WorkerFactory, wait_for_status, wait_until
 from tests.system.conftest import worker_env
+from tests.webhook_dispatcher.conftest import ReceiverFactory, dispatcher_settings
 
 COMPLETED = "3d_reconstruction.completed"
-
-
-@dataclass
-class Receiver:
-    """A loopback HTTP receiver answering from a script of (status, headers, delay_s)."""
-
-    script: list[tuple[int, dict[str, str], float]] = field(default_factory=list)
-    calls: list[tuple[float, dict[str, str], bytes]] = field(default_factory=list)
-    url: str = ""
-
-    async def handle(self, request: web.Request) -> web.Response:
-        body = await request.read()
-        self.calls.append((time.monotonic(), dict(request.headers), body))
-        status, headers, delay = self.script.pop(0) if self.script else (200, {}, 0.0)
-        if delay:
-            await asyncio.sleep(delay)
-        return web.Response(status=status, headers=headers, text="ok")
-
-
-ReceiverFactory = Callable[..., Awaitable[Receiver]]
-
-
-@pytest.fixture
-async def receivers() -> AsyncIterator[ReceiverFactory]:
-    servers: list[TestServer] = []
-
-    async def make(*script: tuple[int, dict[str, str], float]) -> Receiver:
-        r = Receiver(list(script))
-        app = web.Application()
-        app.router.add_post("/hook", r.handle)
-        server = TestServer(app, host="127.0.0.1")
-        await server.start_server()
-        servers.append(server)
-        r.url = str(server.make_url("/hook"))
-        return r
-
-    yield make
-    for s in servers:
-        await s.close()
-
-
-def dispatcher_settings(settings: Settings, **kw: Any) -> Settings:
-    base: dict[str, Any] = {
-        "webhook_allow_private": True, "webhook_retry_base_ms": 20,
-        "webhook_retry_cap_ms": 200, "webhook_max_attempts": 5, "webhook_timeout_s": 3.0,
-    }  # fmt: skip
-    return settings.with_overrides(**{**base, **kw})
-
-
-@pytest.fixture
-async def start_dispatcher(redis: Redis) -> AsyncIterator[Callable[[Settings], Dispatcher]]:
-    running: list[tuple[Dispatcher, asyncio.Task[None]]] = []
-
-    def start(settings: Settings) -> Dispatcher:
-        d = Dispatcher(
-            JobQueue(redis, settings), metrics=DispatcherMetrics.create(CollectorRegistry())
-        )
-        running.append((d, asyncio.create_task(d.run())))
-        return d
-
-    yield start
-    for d, _ in running:
-        d.stop()
-    for _, t in running:
-        try:
-            await asyncio.wait_for(t, 15)
-        except TimeoutError:
-            t.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await t
 
 
 async def _job(queue: JobQueue, url: str, **metadata: Any) -> str:
@@ -220,7 +144,9 @@ async def test_gone_fails_at_once_and_is_dead_lettered(
     await wait_until(dead, timeout_s=10)
     [(_, fields)] = await redis.xrange(dlq)
     assert fields["job"] == job_id
-    assert "410" in fields["reason"]
+    assert fields["reason"] == "gone"
+    assert "410" in fields["detail"]
+    assert fields["target"] == "job"
     assert len(r.calls) == 1
 
 

@@ -1,0 +1,312 @@
+"""Redis I/O of a tenant's webhook endpoints: registration, secrets and their rotation, the
+per-endpoint health (circuit breaker, auto-disable) and `recover`.
+
+Every call here touches one endpoint's slot (`{wh:<tenant>}`) through the wh_ep_*.lua
+scripts, except `recover`, which reads the partitions' webhook dead letters. The breaker's
+rules live in wh_ep_gate.lua / wh_ep_health.lua; this module passes the settings in.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from shared.ids import ulid
+from shared.queue import JobQueue
+from shared.scripts import Arg, Script, ScriptCall
+from shared.webhook_signing import generate_secret
+
+ENDPOINT_ID_PREFIX = "ep_"
+# How long a half-open probe holds the endpoint before another dispatcher may probe (its
+# holder is presumed dead), and how long other messages wait for the probe's result.
+PROBE_HOLD_MS = 30_000
+HALF_OPEN_DEFER_MS = 1_000
+
+
+def new_endpoint_id() -> str:
+    return f"{ENDPOINT_ID_PREFIX}{ulid()}"
+
+
+def is_endpoint_id(value: str) -> bool:
+    return (
+        value.startswith(ENDPOINT_ID_PREFIX)
+        and len(value) == len(ENDPOINT_ID_PREFIX) + 26
+        and value[len(ENDPOINT_ID_PREFIX) :].isalnum()
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Endpoint:
+    """An endpoint as stored: configuration and health."""
+
+    id: str
+    url: str
+    events: tuple[str, ...]
+    created_ms: int
+    secret: str
+    previous_secret: str
+    previous_expires_ms: int
+    disabled_at_ms: int
+    disabled_reason: str
+    circuit: str
+    open_until_ms: int
+    consecutive_failures: int
+    failing_since_ms: int
+    last_success_ms: int
+    last_failure_ms: int
+
+    @classmethod
+    def from_hash(cls, endpoint_id: str, f: Mapping[str, str]) -> Endpoint:
+        def num(name: str) -> int:
+            raw = f.get(name) or "0"
+            return int(raw) if raw.isdigit() else 0
+
+        return cls(
+            id=endpoint_id,
+            url=f.get("url", ""),
+            events=tuple(e for e in f.get("events", "").split(",") if e),
+            created_ms=num("created_ms"),
+            secret=f.get("secret", ""),
+            previous_secret=f.get("previous_secret", ""),
+            previous_expires_ms=num("previous_expires_ms"),
+            disabled_at_ms=num("disabled_at_ms"),
+            disabled_reason=f.get("disabled_reason", ""),
+            circuit=f.get("circuit", "closed"),
+            open_until_ms=num("open_until_ms"),
+            consecutive_failures=num("consecutive_failures"),
+            failing_since_ms=num("failing_since_ms"),
+            last_success_ms=num("last_success_ms"),
+            last_failure_ms=num("last_failure_ms"),
+        )
+
+    @property
+    def enabled(self) -> bool:
+        return not self.disabled_at_ms
+
+
+@dataclass(frozen=True, slots=True)
+class Gate:
+    """What the dispatcher may do with a message to an endpoint right now."""
+
+    verdict: str  # send | probe | defer | disabled | gone
+    url: str = ""
+    secrets: tuple[str, ...] = ()
+    until_ms: int = 0
+    reason: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Health:
+    """The endpoint's state after an attempt was folded in."""
+
+    state: str  # closed | open | half_open | disabled | missing
+    open_until_ms: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class RecoverResult:
+    recovered: int
+    expired: int
+    truncated: bool
+
+
+class EndpointLimitReached(Exception):
+    """The tenant has as many endpoints as the settings allow."""
+
+
+class EndpointStore:
+    def __init__(self, queue: JobQueue) -> None:
+        self.queue = queue
+        self.redis = queue.redis
+        self.keys = queue.keys
+        self.settings = queue.settings
+
+    # -- management (the API) -------------------------------------------------------------
+
+    async def create(self, tenant: str, url: str, events: Sequence[str]) -> Endpoint:
+        endpoint_id = new_endpoint_id()
+        now = int(time.time() * 1000)
+        fields = {"url": url, "events": ",".join(events), "created_ms": str(now),
+                  "secret": generate_secret(), "circuit": "closed"}  # fmt: skip
+        args: list[Arg] = [endpoint_id, self.settings.webhook_max_endpoints, fields["events"]]
+        for name, value in fields.items():
+            args.extend((name, value))
+        reply = await self._run(Script.WH_EP_CREATE, tenant, endpoint_id, args, with_index=True)
+        if reply == "limit":
+            raise EndpointLimitReached(
+                f"a tenant may have {self.settings.webhook_max_endpoints} endpoints"
+            )
+        if reply != "created":  # an id collision: 80 random bits, practically never
+            raise RuntimeError(f"endpoint id collision: {endpoint_id}")
+        return Endpoint.from_hash(endpoint_id, fields)
+
+    async def get(self, tenant: str, endpoint_id: str) -> Endpoint | None:
+        if not is_endpoint_id(endpoint_id):
+            return None
+        raw = await self.redis.hgetall(self.keys.webhook_endpoint(tenant, endpoint_id))  # type: ignore[misc]
+        return Endpoint.from_hash(endpoint_id, raw) if raw else None
+
+    async def list(self, tenant: str) -> list[Endpoint]:
+        ids = sorted(await self.redis.hkeys(self.keys.webhook_endpoints(tenant)))  # type: ignore[misc]
+        pipe = self.redis.pipeline(transaction=False)
+        for endpoint_id in ids:
+            pipe.hgetall(self.keys.webhook_endpoint(tenant, endpoint_id))
+        rows = await pipe.execute() if ids else []
+        return [Endpoint.from_hash(i, r) for i, r in zip(ids, rows, strict=True) if r]
+
+    async def update(
+        self,
+        tenant: str,
+        endpoint_id: str,
+        url: str | None = None,
+        events: Sequence[str] | None = None,
+        enabled: bool | None = None,
+    ) -> Endpoint | None:
+        """Change some of url / events / enabled; None if there is no such endpoint."""
+        if not is_endpoint_id(endpoint_id):
+            return None
+        args: list[Arg] = [
+            endpoint_id,
+            url or "",
+            "1" if events is not None else "0",
+            ",".join(events or ()),
+            "" if enabled is None else ("1" if enabled else "0"),
+        ]
+        reply = await self._run(Script.WH_EP_UPDATE, tenant, endpoint_id, args, with_index=True)
+        return None if reply == "missing" else await self.get(tenant, endpoint_id)
+
+    async def delete(self, tenant: str, endpoint_id: str) -> bool:
+        if not is_endpoint_id(endpoint_id):
+            return False
+        reply = await self._run(
+            Script.WH_EP_DELETE, tenant, endpoint_id, [endpoint_id], with_index=True
+        )
+        return bool(reply)
+
+    async def rotate_secret(self, tenant: str, endpoint_id: str) -> Endpoint | None:
+        """A new secret; the old one keeps signing for the rotation overlap."""
+        if not is_endpoint_id(endpoint_id):
+            return None
+        until = int(time.time() * 1000) + self.settings.webhook_rotation_overlap_s * 1000
+        reply = await self._run(
+            Script.WH_EP_ROTATE, tenant, endpoint_id, [generate_secret(), until]
+        )
+        return None if reply == "missing" else await self.get(tenant, endpoint_id)
+
+    async def recover(self, tenant: str, endpoint_id: str, since_ms: int) -> RecoverResult:
+        """Send again every dead-lettered message of this endpoint failed since `since_ms`,
+        at most `webhook_recover_limit` per call (`truncated` says more remain)."""
+        limit = self.settings.webhook_recover_limit
+        found = 0
+        recovered = expired = 0
+        truncated = False
+        for p in range(self.settings.partitions):
+            if found >= limit:
+                truncated = True
+                break
+            dlq = self.keys.webhook_dead_letters(p)
+            picked: list[tuple[str, str]] = []
+            start = f"{since_ms}-0"
+            while len(picked) + found < limit:
+                entries = await self.redis.xrange(dlq, start, "+", count=1000)
+                for entry_id, f in entries:
+                    if f.get("tenant") == tenant and f.get("target") == endpoint_id:
+                        picked.append((entry_id, f.get("message", "")))
+                        if len(picked) + found >= limit:
+                            truncated = True
+                            break
+                if len(entries) < 1000 or truncated:
+                    break
+                start = "(" + entries[-1][0]
+            found += len(picked)
+            for chunk_start in range(0, len(picked), 500):
+                r, e, _ = await self.redrive_messages(p, picked[chunk_start : chunk_start + 500])
+                recovered += r
+                expired += e
+        return RecoverResult(recovered, expired, truncated)
+
+    async def redrive_messages(
+        self, partition: int, entries: Sequence[tuple[str, str]]
+    ) -> tuple[int, int, int]:
+        """(dead-letter entry id, message id) pairs of one partition -> (redriven, expired,
+        skipped); see wh_redrive.lua."""
+        if not entries:
+            return 0, 0, 0
+        keys = [self.keys.webhook_due(partition), self.keys.webhook_dead_letters(partition)]
+        args: list[Arg] = []
+        for entry_id, message_id in entries:
+            keys.append(self.keys.webhook_message(partition, message_id))
+            args.extend((entry_id, message_id))
+        reply = await self.queue.scripts.run(ScriptCall(Script.WH_REDRIVE, keys, args))
+        if isinstance(reply, Exception):
+            raise reply
+        return int(reply[0]), int(reply[1]), int(reply[2])
+
+    # -- delivery (the dispatcher) ----------------------------------------------------------
+
+    async def subscriptions(self, tenants: Sequence[str]) -> dict[str, dict[str, tuple[str, ...]]]:
+        """tenant -> {endpoint id: subscribed event types (empty = all)}; one round trip."""
+        if not tenants:
+            return {}
+        pipe = self.redis.pipeline(transaction=False)
+        for tenant in tenants:
+            pipe.hgetall(self.keys.webhook_endpoints(tenant))
+        rows = await pipe.execute()
+        return {
+            t: {eid: tuple(e for e in ev.split(",") if e) for eid, ev in row.items()}
+            for t, row in zip(tenants, rows, strict=True)
+        }
+
+    def gate_call(self, tenant: str, endpoint_id: str) -> ScriptCall:
+        return ScriptCall(
+            Script.WH_EP_GATE,
+            [self.keys.webhook_endpoint(tenant, endpoint_id)],
+            [PROBE_HOLD_MS, HALF_OPEN_DEFER_MS],
+        )
+
+    @staticmethod
+    def parse_gate(reply: Any) -> Gate:
+        verdict = str(reply[0])
+        if verdict in {"send", "probe"}:
+            secrets = tuple(s for s in (str(reply[2]), str(reply[3])) if s)
+            return Gate(verdict, url=str(reply[1]), secrets=secrets)
+        if verdict == "defer":
+            return Gate(verdict, until_ms=int(reply[1]))
+        if verdict == "disabled":
+            return Gate(verdict, reason=str(reply[1]))
+        return Gate("gone")
+
+    def health_call(self, tenant: str, endpoint_id: str, outcome: str) -> ScriptCall:
+        """Fold an attempt's outcome ('ok' | 'fail' | 'gone') into the endpoint's health."""
+        s = self.settings
+        return ScriptCall(
+            Script.WH_EP_HEALTH,
+            [self.keys.webhook_endpoint(tenant, endpoint_id)],
+            [outcome, s.webhook_breaker_consecutive, s.webhook_breaker_ratio,
+             s.webhook_breaker_min_attempts, s.webhook_breaker_window_ms,
+             s.webhook_breaker_open_ms, s.webhook_breaker_open_cap_ms,
+             s.webhook_disable_after_s * 1000, "410 Gone: the receiver asked to stop"],
+        )  # fmt: skip
+
+    @staticmethod
+    def parse_health(reply: Any) -> Health:
+        return Health(str(reply[0]), int(reply[1]))
+
+    # -- helpers ----------------------------------------------------------------------------
+
+    async def _run(
+        self,
+        script: Script,
+        tenant: str,
+        endpoint_id: str,
+        args: Sequence[Arg],
+        with_index: bool = False,
+    ) -> Any:
+        endpoint_key = self.keys.webhook_endpoint(tenant, endpoint_id)
+        keys = [self.keys.webhook_endpoints(tenant), endpoint_key] if with_index else [endpoint_key]
+        reply = await self.queue.scripts.run(ScriptCall(script, keys, args))
+        if isinstance(reply, Exception):
+            raise reply
+        return reply

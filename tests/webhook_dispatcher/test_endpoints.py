@@ -1,0 +1,358 @@
+"""Registered webhook endpoints, delivered by a real dispatcher to loopback receivers: fan-out
+by subscription, per-endpoint secrets and rotation, the circuit breaker, auto-disable, 410,
+deletion, recover, and one Redis Cluster slot per script call."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+import orjson
+import pytest
+import standardwebhooks
+from redis.asyncio import Redis
+
+from services.webhook_dispatcher.dispatcher import Dispatcher
+from shared.jobs import JobSpec
+from shared.queue import JobQueue
+from shared.settings import Settings
+from shared.webhook_endpoints import Endpoint, EndpointStore
+from shared.webhook_store import WebhookStore
+from tests.conftest import WorkerFactory, wait_for_status, wait_until
+from tests.webhook_dispatcher.conftest import Receiver, ReceiverFactory, dispatcher_settings
+
+COMPLETED = "3d_reconstruction.completed"
+QUEUED = "3d_reconstruction.queued"
+STARTED = "3d_reconstruction.started"
+
+
+async def _completed_jobs(queue: JobQueue, start_worker: WorkerFactory, n: int) -> list[str]:
+    """n jobs of tenant acme, without a webhook_url, run to completion."""
+    ids = [
+        (await queue.enqueue(JobSpec(tenant="acme", quality="preview", metadata={"n": i}))).job_id
+        for i in range(n)
+    ]
+    await start_worker()
+    for job_id in ids:
+        await wait_for_status(queue, job_id, {"completed"})
+    return ids
+
+
+def _events(r: Receiver) -> list[str]:
+    return [orjson.loads(body)["event"] for _, _, body in r.calls]
+
+
+async def _endpoint(store: EndpointStore, endpoint_id: str) -> Endpoint:
+    endpoint = await store.get("acme", endpoint_id)
+    assert endpoint is not None
+    return endpoint
+
+
+async def test_each_endpoint_gets_its_subscribed_events_signed_with_its_own_secret(
+    queue: JobQueue,
+    settings: Settings,
+    start_worker: WorkerFactory,
+    start_dispatcher: Callable[[Settings], Dispatcher],
+    receivers: ReceiverFactory,
+) -> None:
+    """One endpoint subscribed to `completed`, one to everything, another tenant's endpoint:
+    each gets exactly its events, once, with the event id as webhook-id, verifiable with its
+    own secret only."""
+    only_completed, everything, other_tenant = (
+        await receivers(),
+        await receivers(),
+        await receivers(),
+    )
+    store = EndpointStore(queue)
+    a = await store.create("acme", only_completed.url, [COMPLETED])
+    b = await store.create("acme", everything.url, [])
+    await store.create("beta", other_tenant.url, [])
+    [job_id] = await _completed_jobs(queue, start_worker, 1)
+    start_dispatcher(dispatcher_settings(settings))
+
+    async def delivered() -> bool:
+        log = await WebhookStore(queue).deliveries(job_id)
+        return sum(d["outcome"] == "delivered" for d in log) == 4
+
+    await wait_until(delivered, timeout_s=15)
+    assert _events(only_completed) == [COMPLETED]
+    assert sorted(_events(everything)) == sorted([QUEUED, STARTED, COMPLETED])
+    assert other_tenant.calls == []
+    _, headers, body = only_completed.calls[0]
+    payload = standardwebhooks.Webhook(a.secret).verify(body, headers)
+    assert payload["data"]["job_id"] == job_id
+    assert headers["webhook-id"] == payload["id"]
+    with pytest.raises(standardwebhooks.WebhookVerificationError):
+        standardwebhooks.Webhook(b.secret).verify(body, headers)
+    for _, headers, body in everything.calls:
+        standardwebhooks.Webhook(b.secret).verify(body, headers)
+    deliveries = await WebhookStore(queue).deliveries(job_id)
+    assert {d["target"] for d in deliveries} == {a.id, b.id}
+    assert all(d["outcome"] == "delivered" for d in deliveries)
+
+
+async def test_after_a_rotation_old_and_new_secrets_both_verify(
+    queue: JobQueue,
+    settings: Settings,
+    start_worker: WorkerFactory,
+    start_dispatcher: Callable[[Settings], Dispatcher],
+    receivers: ReceiverFactory,
+) -> None:
+    """Rotate: deliveries carry two signatures, so a receiver holding either secret accepts;
+    after the overlap only the new secret signs."""
+    r = await receivers()
+    store = EndpointStore(queue)
+    created = await store.create("acme", r.url, [COMPLETED])
+    rotated = await store.rotate_secret("acme", created.id)
+    assert rotated is not None
+    assert rotated.secret != created.secret
+    assert rotated.previous_secret == created.secret
+    assert rotated.previous_expires_ms > time.time() * 1000 + 23 * 3600 * 1000
+    await _completed_jobs(queue, start_worker, 1)
+    start_dispatcher(dispatcher_settings(settings))
+
+    async def delivered() -> bool:
+        return len(r.calls) == 1
+
+    await wait_until(delivered, timeout_s=15)
+    _, headers, body = r.calls[0]
+    assert len(headers["webhook-signature"].split(" ")) == 2
+    for secret in (created.secret, rotated.secret):
+        standardwebhooks.Webhook(secret).verify(body, headers)
+
+    # With no overlap left, the old secret no longer signs.
+    await queue.redis.hset(
+        queue.keys.webhook_endpoint("acme", created.id), "previous_expires_ms", 1
+    )
+    await _completed_jobs(queue, start_worker, 1)
+
+    async def second() -> bool:
+        return len(r.calls) == 2
+
+    await wait_until(second, timeout_s=15)
+    _, headers, body = r.calls[1]
+    assert len(headers["webhook-signature"].split(" ")) == 1
+    standardwebhooks.Webhook(rotated.secret).verify(body, headers)
+    with pytest.raises(standardwebhooks.WebhookVerificationError):
+        standardwebhooks.Webhook(created.secret).verify(body, headers)
+
+
+async def test_the_circuit_opens_holds_back_and_a_probe_closes_it(
+    queue: JobQueue,
+    settings: Settings,
+    start_worker: WorkerFactory,
+    start_dispatcher: Callable[[Settings], Dispatcher],
+    receivers: ReceiverFactory,
+) -> None:
+    """Consecutive failures open the circuit: no request reaches the endpoint until the
+    cool-down ends; then one probe, and when it succeeds every held message is delivered,
+    each exactly once, without spending attempts while held."""
+    r = await receivers(default_status=500)
+    store = EndpointStore(queue)
+    ep = await store.create("acme", r.url, [COMPLETED])
+    job_ids = await _completed_jobs(queue, start_worker, 6)
+    dispatcher = start_dispatcher(
+        dispatcher_settings(
+            settings,
+            webhook_breaker_consecutive=3,
+            webhook_breaker_open_ms=1500,
+            webhook_max_attempts=50,
+            webhook_concurrency=1,
+        )
+    )
+
+    async def opened() -> bool:
+        return (await _endpoint(store, ep.id)).circuit == "open"
+
+    await wait_until(opened, timeout_s=15)
+    seen_open_ms = int(time.time() * 1000)
+    r.default_status = 200
+    open_until = (await _endpoint(store, ep.id)).open_until_ms
+    assert open_until > seen_open_ms
+
+    async def all_delivered() -> bool:
+        logs = [await WebhookStore(queue).deliveries(j) for j in job_ids]
+        return all(log and log[-1]["outcome"] == "delivered" for log in logs)
+
+    await wait_until(all_delivered, timeout_s=20)
+    held = [t for t in r.wall_times_ms if seen_open_ms + 100 < t < open_until - 50]
+    assert held == [], "requests reached the endpoint while its circuit was open"
+    endpoint = await _endpoint(store, ep.id)
+    assert endpoint.circuit == "closed"
+    assert endpoint.consecutive_failures == 0
+    metrics = dispatcher.metrics
+    assert metrics is not None
+    assert metrics.circuit_transitions.labels("open")._value.get() >= 1
+    assert metrics.deferred._value.get() >= 1
+    for job_id in job_ids:
+        log = await WebhookStore(queue).deliveries(job_id)
+        # Exactly one success per message, and no attempt numbers spent while held back.
+        assert [a["outcome"] for a in log].count("delivered") == 1
+        assert [a["attempt"] for a in log] == list(range(1, len(log) + 1))
+    logs = [await WebhookStore(queue).deliveries(j) for j in job_ids]
+    probes = [a for log in logs for a in log if a.get("probe")]
+    assert probes
+    assert probes[-1]["outcome"] == "delivered"
+
+
+async def test_an_endpoint_failing_for_too_long_is_disabled_then_recovered(
+    queue: JobQueue,
+    redis: Redis,
+    settings: Settings,
+    start_worker: WorkerFactory,
+    start_dispatcher: Callable[[Settings], Dispatcher],
+    receivers: ReceiverFactory,
+) -> None:
+    """Failing continuously past the disable period disables the endpoint: nothing more is
+    sent, its messages are dead-lettered (`endpoint_disabled`). Enabled again, `recover`
+    sends them, and they are delivered."""
+    r = await receivers(default_status=503)
+    store = EndpointStore(queue)
+    ep = await store.create("acme", r.url, [COMPLETED])
+    started_ms = int(time.time() * 1000)
+    job_ids = await _completed_jobs(queue, start_worker, 2)
+    start_dispatcher(
+        dispatcher_settings(
+            settings,
+            webhook_disable_after_s=1,
+            webhook_breaker_consecutive=10_000,
+            webhook_breaker_min_attempts=10_000,
+            webhook_max_attempts=1000,
+            webhook_retry_base_ms=50,
+            webhook_retry_cap_ms=100,
+        )
+    )
+    dlq = queue.keys.webhook_dead_letters(0)
+
+    async def disabled_and_dead_lettered() -> bool:
+        return not (await _endpoint(store, ep.id)).enabled and await redis.xlen(dlq) == 2
+
+    await wait_until(disabled_and_dead_lettered, timeout_s=15)
+    endpoint = await _endpoint(store, ep.id)
+    assert "continuously" in endpoint.disabled_reason
+    assert endpoint.failing_since_ms >= started_ms
+    entries = await redis.xrange(dlq)
+    assert {f["reason"] for _, f in entries} == {"endpoint_disabled"}
+    assert {f["target"] for _, f in entries} == {ep.id}
+    calls_when_disabled = len(r.calls)
+
+    r.default_status = 200
+    assert (await store.update("acme", ep.id, enabled=True)) is not None
+    result = await store.recover("acme", ep.id, started_ms)
+    assert (result.recovered, result.expired, result.truncated) == (2, 0, False)
+
+    async def delivered() -> bool:
+        logs = [await WebhookStore(queue).deliveries(j) for j in job_ids]
+        return all(log and log[-1]["outcome"] == "delivered" for log in logs)
+
+    await wait_until(delivered, timeout_s=15)
+    assert len(r.calls) == calls_when_disabled + 2
+    assert await redis.xlen(dlq) == 0
+    assert (await _endpoint(store, ep.id)).failing_since_ms == 0
+    # Recovering again finds nothing: the messages were delivered.
+    again = await store.recover("acme", ep.id, started_ms)
+    assert again.recovered == 0
+
+
+async def test_410_disables_the_endpoint_and_later_events_are_dead_lettered_unsent(
+    queue: JobQueue,
+    redis: Redis,
+    settings: Settings,
+    start_worker: WorkerFactory,
+    start_dispatcher: Callable[[Settings], Dispatcher],
+    receivers: ReceiverFactory,
+) -> None:
+    r = await receivers((410, {}, 0.0))
+    store = EndpointStore(queue)
+    ep = await store.create("acme", r.url, [COMPLETED])
+    await _completed_jobs(queue, start_worker, 1)
+    start_dispatcher(dispatcher_settings(settings))
+
+    async def disabled() -> bool:
+        return not (await _endpoint(store, ep.id)).enabled
+
+    await wait_until(disabled, timeout_s=15)
+    assert "410" in (await _endpoint(store, ep.id)).disabled_reason
+    await _completed_jobs(queue, start_worker, 1)
+    dlq = queue.keys.webhook_dead_letters(0)
+
+    async def both_dead() -> bool:
+        return await redis.xlen(dlq) == 2
+
+    await wait_until(both_dead, timeout_s=15)
+    reasons = sorted(f["reason"] for _, f in await redis.xrange(dlq))
+    assert reasons == ["endpoint_disabled", "gone"]
+    assert len(r.calls) == 1
+
+
+async def test_a_deleted_endpoint_gets_nothing_more(
+    queue: JobQueue,
+    redis: Redis,
+    settings: Settings,
+    start_worker: WorkerFactory,
+    start_dispatcher: Callable[[Settings], Dispatcher],
+    receivers: ReceiverFactory,
+) -> None:
+    """Deleting an endpoint drops its pending messages (no request, no dead letter)."""
+    r = await receivers((503, {"Retry-After": "1"}, 0.0))
+    store = EndpointStore(queue)
+    ep = await store.create("acme", r.url, [COMPLETED])
+    [job_id] = await _completed_jobs(queue, start_worker, 1)
+    start_dispatcher(dispatcher_settings(settings, webhook_retry_cap_ms=5000))
+
+    async def first_try() -> bool:
+        return len(await WebhookStore(queue).deliveries(job_id)) == 1
+
+    await wait_until(first_try, timeout_s=15)
+    assert await store.delete("acme", ep.id)
+
+    async def dropped() -> bool:
+        log = await WebhookStore(queue).deliveries(job_id)
+        return log[-1]["outcome"] == "dropped"
+
+    await wait_until(dropped, timeout_s=15)
+    assert len(r.calls) == 1
+    assert await redis.xlen(queue.keys.webhook_dead_letters(0)) == 0
+    assert await redis.zcard(queue.keys.webhook_due(0)) == 0
+
+
+async def test_every_webhook_script_call_stays_in_one_cluster_slot(
+    queue: JobQueue,
+    settings: Settings,
+    start_worker: WorkerFactory,
+    start_dispatcher: Callable[[Settings], Dispatcher],
+    receivers: ReceiverFactory,
+) -> None:
+    """Fan-out, claim, gate, result, health, endpoint management and recover: each Lua
+    call's KEYS hash to one slot."""
+    from redis.crc import key_slot  # noqa: PLC0415
+
+    seen: list[tuple[str, list[str]]] = []
+    r = await receivers((500, {}, 0.0))
+    settings = dispatcher_settings(settings)
+    dispatcher = start_dispatcher(settings)
+    for runner in (queue.scripts, dispatcher.queue.scripts):
+        original = runner._execute
+
+        async def recording(calls, original=original):  # type: ignore[no-untyped-def]
+            seen.extend((c.script.value, list(c.keys)) for c in calls)
+            return await original(calls)
+
+        runner._execute = recording  # type: ignore[method-assign]
+    store = EndpointStore(queue)
+    ep = await store.create("acme", r.url, [COMPLETED])
+    await store.rotate_secret("acme", ep.id)
+    await store.update("acme", ep.id, events=[COMPLETED])
+    await _completed_jobs(queue, start_worker, 1)
+
+    async def delivered() -> bool:
+        return len(r.calls) == 2
+
+    await wait_until(delivered, timeout_s=15)
+    await store.recover("acme", ep.id, 0)
+    await store.delete("acme", ep.id)
+    scripts = {name for name, _ in seen}
+    assert {"wh_fanout", "wh_claim", "wh_result", "wh_ep_gate", "wh_ep_health",
+            "wh_ep_create", "wh_ep_rotate", "wh_ep_update", "wh_ep_delete"} <= scripts  # fmt: skip
+    for name, keys in seen:
+        assert len({key_slot(k.encode()) for k in keys}) == 1, (name, keys)
