@@ -1,6 +1,7 @@
 """Webhook deliveries per second through the dispatcher (signing, SSRF-guarded connector,
 claim/record scripts included) to a local aiohttp receiver, at 0 % and 30 % transient
-receiver failures, against a bare aiohttp client POST loop in the same run.
+receiver failures, and to a registered endpoint (circuit breaker checks included), against a
+bare aiohttp client POST loop in the same run.
 
 Usage: python -m bench.webhook_throughput [--messages 3000] [--concurrency 64]
 """
@@ -19,10 +20,12 @@ from aiohttp import web
 
 from services.webhook_dispatcher.dispatcher import Dispatcher
 from shared.ids import new_event_id, new_job_id
+from shared.logs import configure_logging
 from shared.queue import JobQueue
 from shared.redis_client import connect
 from shared.redis_server import RedisServer
 from shared.settings import Settings
+from shared.webhook_endpoints import EndpointStore
 from shared.webhook_store import WebhookStore
 
 PAYLOAD = b'{"event":"3d_reconstruction.completed","id":"evt_x","timestamp":1,"data":{}}'
@@ -71,8 +74,16 @@ async def bare_loop(url: str, n: int, concurrency: int) -> float:
 
 
 async def dispatcher_run(
-    redis_url: str, url: str, n: int, concurrency: int, seen: dict[str, int]
+    redis_url: str,
+    url: str,
+    n: int,
+    concurrency: int,
+    seen: dict[str, int],
+    to_endpoint: bool = False,
 ) -> float:
+    """Deliveries/s of n messages to the job's webhook_url, or (`to_endpoint`) to a
+    registered endpoint: then every attempt also passes the circuit breaker's gate and
+    updates the endpoint's health."""
     settings = Settings(
         redis_url=redis_url,
         webhook_allow_private=True,
@@ -88,20 +99,24 @@ async def dispatcher_run(
     store = WebhookStore(queue)
     await store.setup()
     job_id = new_job_id(0)
+    target, message_url = "job", url
+    if to_endpoint:
+        endpoint = await EndpointStore(queue).create("bench", url, [])
+        target, message_url = endpoint.id, ""
     for i in range(0, n, 500):  # messages as the fan-out would create them
         batch = []
         for _ in range(min(500, n - i)):
             evt = new_event_id()
             batch.append(
                 {
-                    "id": f"{evt}:job",
+                    "id": f"{evt}:{target}",
                     "event_id": evt,
                     "event_type": "x",
                     "job_id": job_id,
                     "tenant": "bench",
-                    "url": url,
+                    "url": message_url,
                     "payload": PAYLOAD.decode(),
-                    "target": "job",
+                    "target": target,
                     "created_ms": "0",
                 }
             )
@@ -121,6 +136,8 @@ async def dispatcher_run(
 
 
 async def main(n: int, concurrency: int) -> None:
+    # As the service runs: JSON logs at warning (an info line per attempt is a debugging aid).
+    configure_logging("warning", "json", "dispatcher")
     with tempfile.TemporaryDirectory() as tmp:
         server = RedisServer(Path(tmp), appendonly=False)
         await server.start()
@@ -130,16 +147,17 @@ async def main(n: int, concurrency: int) -> None:
             bare = await bare_loop(url, n, concurrency)
             await runner.cleanup()
             rows.append(("bare aiohttp POST loop", bare, "-"))
-            for fail in (0.0, 0.3):
+            for fail, to_endpoint in ((0.0, False), (0.3, False), (0.0, True)):
                 flusher = connect(server.url)
                 await flusher.flushall()
                 await flusher.aclose()
                 runner, url, seen = await _receiver(fail)
-                rate = await dispatcher_run(server.url, url, n, concurrency, seen)
+                rate = await dispatcher_run(server.url, url, n, concurrency, seen, to_endpoint)
                 await runner.cleanup()
+                where = "registered endpoint" if to_endpoint else "job webhook_url"
                 rows.append(
                     (
-                        f"dispatcher, {int(fail * 100)} % transient failures",
+                        f"dispatcher → {where}, {int(fail * 100)} % transient failures",
                         rate,
                         f"{seen['ok']} ok / {seen['failed']} failed, {seen['ids']} ids",
                     )

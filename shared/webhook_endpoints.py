@@ -148,7 +148,7 @@ class EndpointStore:
         raw = await self.redis.hgetall(self.keys.webhook_endpoint(tenant, endpoint_id))  # type: ignore[misc]
         return Endpoint.from_hash(endpoint_id, raw) if raw else None
 
-    async def list(self, tenant: str) -> list[Endpoint]:
+    async def of_tenant(self, tenant: str) -> list[Endpoint]:
         ids = sorted(await self.redis.hkeys(self.keys.webhook_endpoints(tenant)))  # type: ignore[misc]
         pipe = self.redis.pipeline(transaction=False)
         for endpoint_id in ids:
@@ -267,24 +267,27 @@ class EndpointStore:
         )
 
     @staticmethod
-    def parse_gate(reply: Any) -> Gate:
-        verdict = str(reply[0])
-        if verdict in {"send", "probe"}:
-            secrets = tuple(s for s in (str(reply[2]), str(reply[3])) if s)
-            return Gate(verdict, url=str(reply[1]), secrets=secrets)
-        if verdict == "defer":
-            return Gate(verdict, until_ms=int(reply[1]))
-        if verdict == "disabled":
-            return Gate(verdict, reason=str(reply[1]))
-        return Gate("gone")
+    def parse_gate(reply: Any, count: int) -> list[Gate]:
+        """The gate's verdicts for `count` messages to one endpoint (claim order)."""
+        first, rest, url, secret, previous = (str(x) for x in reply[:5])
+        until_ms, reason = int(reply[5]), str(reply[6])
+        secrets = tuple(s for s in (secret, previous) if s)
 
-    def health_call(self, tenant: str, endpoint_id: str, outcome: str) -> ScriptCall:
-        """Fold an attempt's outcome ('ok' | 'fail' | 'gone') into the endpoint's health."""
+        def gate(verdict: str) -> Gate:
+            if verdict in {"send", "probe"}:
+                return Gate(verdict, url=url, secrets=secrets)
+            return Gate(verdict, url=url, until_ms=until_ms, reason=reason)
+
+        return [gate(first)] + [gate(rest)] * (count - 1)
+
+    def health_call(self, tenant: str, endpoint_id: str, outcomes: Sequence[str]) -> ScriptCall:
+        """Fold attempts' outcomes ('ok' | 'fail' | 'gone', oldest first) into the endpoint's
+        health."""
         s = self.settings
         return ScriptCall(
             Script.WH_EP_HEALTH,
             [self.keys.webhook_endpoint(tenant, endpoint_id)],
-            [outcome, s.webhook_breaker_consecutive, s.webhook_breaker_ratio,
+            [",".join(outcomes), s.webhook_breaker_consecutive, s.webhook_breaker_ratio,
              s.webhook_breaker_min_attempts, s.webhook_breaker_window_ms,
              s.webhook_breaker_open_ms, s.webhook_breaker_open_cap_ms,
              s.webhook_disable_after_s * 1000, "410 Gone: the receiver asked to stop"],

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import functools
 import hashlib
 import hmac
 import re
@@ -101,11 +102,17 @@ def _check_msg_id(msg_id: str) -> None:
         )
 
 
+@functools.lru_cache(maxsize=4096)
+def _cached_key(secret: str) -> bytes:
+    """parse_secret, remembered: a sender signs many deliveries with few secrets."""
+    return parse_secret(secret)
+
+
 def _keys(secrets: str | Sequence[str]) -> list[bytes]:
     items = [secrets] if isinstance(secrets, str) else list(secrets)
     if not items:
         raise ValueError("at least one webhook secret is needed")
-    return [parse_secret(s) for s in items]
+    return [_cached_key(s) if isinstance(s, str) else parse_secret(s) for s in items]
 
 
 def sign(secrets: Sequence[str], msg_id: str, timestamp: int, body: bytes) -> str:

@@ -155,11 +155,9 @@ class WebhookStore:
         """Record many results in one round trip: each message's new state, and for messages
         to endpoints the endpoint's new health (or the error)."""
         calls: list[ScriptCall] = []
-        positions: list[tuple[int, int | None]] = []
         for r in results:
             p = r.message.partition
             attempt = orjson.dumps(dict(r.attempt)).decode() if r.attempt is not None else ""
-            result_at = len(calls)
             calls.append(ScriptCall(
                 Script.WH_RESULT,
                 [self.keys.webhook_due(p), self.keys.webhook_message(p, r.message.id),
@@ -167,24 +165,24 @@ class WebhookStore:
                 [r.message.id, r.outcome, r.delay_ms, attempt, LOG_CAP,
                  self.settings.dlq_maxlen, JOB_RETENTION_MS, r.code, r.reason],
             ))  # fmt: skip
-            health_at = None
+        # One health update per endpoint, folding its results in the order they finished.
+        outcomes: dict[tuple[str, str], list[str]] = {}
+        for r in results:
             if r.health and r.message.endpoint_id:
-                health_at = len(calls)
-                calls.append(
-                    self.endpoints.health_call(r.message.tenant, r.message.endpoint_id, r.health)
-                )
-            positions.append((result_at, health_at))
+                outcomes.setdefault((r.message.tenant, r.message.endpoint_id), []).append(r.health)
+        calls.extend(self.endpoints.health_call(t, e, o) for (t, e), o in outcomes.items())
         replies = await self.queue.scripts.run_many(calls)
+        health: dict[tuple[str, str], Health] = {}
+        for group, reply in zip(outcomes, replies[len(results) :], strict=True):
+            if not isinstance(reply, Exception):
+                health[group] = EndpointStore.parse_health(reply)
         out: list[Recorded | Exception] = []
-        for result_at, health_at in positions:
-            status = replies[result_at]
+        for r, status in zip(results, replies, strict=False):
             if isinstance(status, Exception):
                 out.append(status)
-                continue
-            health = None
-            if health_at is not None and not isinstance(replies[health_at], Exception):
-                health = EndpointStore.parse_health(replies[health_at])
-            out.append(Recorded(str(status), health))
+            else:
+                group = (r.message.tenant, r.message.endpoint_id)
+                out.append(Recorded(str(status), health.get(group) if r.health else None))
         return out
 
     # -- dead letters (operators) ----------------------------------------------------------

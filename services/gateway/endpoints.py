@@ -170,7 +170,7 @@ async def list_endpoints(request: web.Request) -> web.Response:
     tenant = authenticate(request, request.app[SETTINGS].api_keys)
     base_url = request.app[SETTINGS].public_base_url
     now_ms = int(time.time() * 1000)
-    endpoints = await _store(request).list(tenant)
+    endpoints = await _store(request).of_tenant(tenant)
     body = {"data": [endpoint_view(e, base_url, now_ms) for e in endpoints]}
     return web.Response(body=orjson.dumps(body), content_type="application/json")
 

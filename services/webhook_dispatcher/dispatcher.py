@@ -63,7 +63,7 @@ class Dispatcher:
         self._stopping = asyncio.Event()
         self._in_flight: set[asyncio.Task[None]] = set()
         self._slots = asyncio.Semaphore(self.settings.webhook_concurrency)
-        self._secrets: dict[str, tuple[float, str]] = {}
+        self._secrets: dict[str, tuple[float, asyncio.Future[str]]] = {}
         self._results: asyncio.Queue[tuple[AttemptResult, asyncio.Future[Recorded]]] = (
             asyncio.Queue()
         )
@@ -243,19 +243,23 @@ class Dispatcher:
 
     async def _gates(self, messages: list[Message]) -> dict[str, Gate]:
         """For messages to endpoints: may each be sent now, where, signed with what? One
-        round trip for the batch (the breaker's check-and-take is one script per message)."""
-        to_endpoints = [m for m in messages if m.endpoint_id]
-        if not to_endpoints:
+        script call per endpoint (the breaker's check-and-take), one round trip in all."""
+        groups: dict[tuple[str, str], list[Message]] = {}
+        for m in messages:
+            if m.endpoint_id:
+                groups.setdefault((m.tenant, m.endpoint_id), []).append(m)
+        if not groups:
             return {}
         endpoints = self.store.endpoints
         replies = await self.queue.scripts.run_many(
-            [endpoints.gate_call(m.tenant, m.endpoint_id) for m in to_endpoints]
+            [endpoints.gate_call(tenant, endpoint_id) for tenant, endpoint_id in groups]
         )
         gates: dict[str, Gate] = {}
-        for m, reply in zip(to_endpoints, replies, strict=True):
+        for group, reply in zip(groups.values(), replies, strict=True):
             if isinstance(reply, Exception):
                 raise reply
-            gates[m.id] = endpoints.parse_gate(reply)
+            for m, gate in zip(group, endpoints.parse_gate(reply, len(group)), strict=True):
+                gates[m.id] = gate
         return gates
 
     def _hold_back(self, m: Message, gate: Gate) -> None:
@@ -443,13 +447,18 @@ class Dispatcher:
                     done.set_result(status)
 
     async def _secret(self, tenant: str) -> str:
-        """The tenant's secret, cached for a minute (two round trips saved per attempt)."""
+        """The tenant's secret, cached for a minute; concurrent first uses share one lookup."""
         cached = self._secrets.get(tenant)
-        if cached is not None and cached[0] > time.monotonic():
-            return cached[1]
-        secret = await self.store.tenant_secret(tenant)
-        self._secrets[tenant] = (time.monotonic() + 60, secret)
-        return secret
+        if cached is None or cached[0] <= time.monotonic():
+            lookup = asyncio.ensure_future(self.store.tenant_secret(tenant))
+            cached = (time.monotonic() + 60, lookup)
+            self._secrets[tenant] = cached
+        try:
+            return await asyncio.shield(cached[1])
+        except Exception:
+            if self._secrets.get(tenant) is cached:
+                del self._secrets[tenant]  # the next attempt asks again
+            raise
 
     def _transient(self, m: Message, reason: str) -> Decision:
         s = self.settings

@@ -356,3 +356,39 @@ async def test_every_webhook_script_call_stays_in_one_cluster_slot(
             "wh_ep_create", "wh_ep_rotate", "wh_ep_update", "wh_ep_delete"} <= scripts  # fmt: skip
     for name, keys in seen:
         assert len({key_slot(k.encode()) for k in keys}) == 1, (name, keys)
+
+
+async def test_health_folds_a_batch_of_results_in_order(queue: JobQueue) -> None:
+    """The breaker's rules on one endpoint, as the recorder applies them (one call per
+    batch): a streak opens, a success closes, the ratio rule trips, a gone disables."""
+
+    def store_with(**breaker: float) -> EndpointStore:
+        overrides = {"webhook_breaker_consecutive": 3, "webhook_breaker_min_attempts": 4,
+                     "webhook_breaker_open_ms": 1000, **breaker}  # fmt: skip
+        return EndpointStore(JobQueue(queue.redis, queue.settings.with_overrides(**overrides)))
+
+    async def fold(store: EndpointStore, endpoint_id: str, *outcomes: str) -> str:
+        reply = await store.queue.scripts.run(store.health_call("acme", endpoint_id, outcomes))
+        return EndpointStore.parse_health(reply).state
+
+    streaks = store_with(webhook_breaker_ratio=0.9)
+    ep = await streaks.create("acme", "https://93.184.216.34/h", [])
+    assert await fold(streaks, ep.id, "fail", "fail") == "closed"
+    # A success restarts the streak; 4 of 5 failed is under the 0.9 ratio.
+    assert await fold(streaks, ep.id, "ok", "fail", "fail") == "closed"
+    assert await fold(streaks, ep.id, "fail") == "open"  # three in a row
+    opened = await _endpoint(streaks, ep.id)
+    assert opened.open_until_ms > time.time() * 1000 + 500
+    assert opened.failing_since_ms > 0
+    assert await fold(streaks, ep.id, "ok") == "closed"
+    closed = await _endpoint(streaks, ep.id)
+    assert (closed.consecutive_failures, closed.failing_since_ms, closed.open_until_ms) == (0, 0, 0)
+    assert await fold(streaks, ep.id, "gone") == "disabled"
+    gone = await _endpoint(streaks, ep.id)
+    assert not gone.enabled
+    assert "410" in gone.disabled_reason
+
+    ratios = store_with(webhook_breaker_ratio=0.6)
+    ep = await ratios.create("acme", "https://93.184.216.34/h", [])
+    assert await fold(ratios, ep.id, "fail", "ok", "fail", "ok") == "closed"  # 2 of 4
+    assert await fold(ratios, ep.id, "fail") == "open"  # 3 of 5 = 0.6, no streak
