@@ -73,6 +73,10 @@ class KeySchema:
         """The tenant's `whsec_` signing secret: its own hash tag, its own slot."""
         return f"{self.prefix}:{{tenant:{tenant}}}:whsec"
 
+    def tenant_webhook_previous_secret(self, tenant: str) -> str:
+        """The secret before the last rotation; expires when the overlap ends."""
+        return f"{self.prefix}:{{tenant:{tenant}}}:whsec:previous"
+
     def webhook_endpoints(self, tenant: str) -> str:
         """Hash of the tenant's endpoints: id -> subscribed event types (comma-separated,
         empty for all). Fan-out reads it in one call; `{wh:<tenant>}` is the tenant's slot."""

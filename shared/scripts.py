@@ -42,6 +42,7 @@ class Script(StrEnum):
     WH_CLAIM = "wh_claim"
     WH_RESULT = "wh_result"
     WH_REDRIVE = "wh_redrive"
+    WH_SECRET_ROTATE = "wh_secret_rotate"
     WH_EP_CREATE = "wh_ep_create"
     WH_EP_UPDATE = "wh_ep_update"
     WH_EP_ROTATE = "wh_ep_rotate"

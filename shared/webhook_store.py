@@ -4,6 +4,7 @@ policy lives in the dispatcher."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -86,9 +87,38 @@ class WebhookStore:
 
     async def tenant_secret(self, tenant: str) -> str:
         """The tenant's signing secret, created on first use (SET NX: one wins)."""
-        key = self.keys.tenant_webhook_secret(tenant)
-        await self.redis.set(key, generate_secret(), nx=True)
-        return str(await self.redis.get(key))
+        return (await self.tenant_secrets(tenant))[0]
+
+    async def tenant_secrets(self, tenant: str) -> tuple[str, ...]:
+        """The tenant's current secret (created on first use), then the previous one while a
+        rotation's overlap lasts: every one of them signs. One round trip."""
+        current = self.keys.tenant_webhook_secret(tenant)
+        previous = self.keys.tenant_webhook_previous_secret(tenant)
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.set(current, generate_secret(), nx=True)
+        pipe.mget([current, previous])
+        _, (secret, old) = await pipe.execute()
+        return (str(secret), str(old)) if old else (str(secret),)
+
+    async def rotate_tenant_secret(self, tenant: str) -> str:
+        """A new secret for the tenant's job webhook_urls; the old one keeps signing for the
+        rotation overlap (SPLATQ_WEBHOOK_ROTATION_OVERLAP_S)."""
+        keys = [
+            self.keys.tenant_webhook_secret(tenant),
+            self.keys.tenant_webhook_previous_secret(tenant),
+        ]
+        overlap_ms = self.settings.webhook_rotation_overlap_s * 1000
+        reply = await self.queue.scripts.run(
+            ScriptCall(Script.WH_SECRET_ROTATE, keys, [generate_secret(), overlap_ms])
+        )
+        if isinstance(reply, Exception):
+            raise reply
+        return str(reply)
+
+    async def previous_secret_expires_ms(self, tenant: str) -> int:
+        """When the previous secret stops signing (epoch ms), or 0 when there is none."""
+        ttl = await self.redis.pttl(self.keys.tenant_webhook_previous_secret(tenant))
+        return int(time.time() * 1000) + int(ttl) if ttl and ttl > 0 else 0
 
     async def fan_out(
         self, partition: int, batch: Sequence[tuple[str, Sequence[Mapping[str, str]]]]

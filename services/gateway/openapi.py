@@ -268,6 +268,39 @@ def openapi_document(server_url: str) -> dict[str, Any]:
                                         "properties": {
                                             "secret": {"type": "string"},
                                             "scheme": {"type": "string"},
+                                            "previous_secret_expires_at": {
+                                                "type": ["string", "null"],
+                                                "format": "date-time",
+                                            },
+                                        },
+                                    }
+                                }
+                            },
+                        },
+                        "401": _problem("missing or unknown API key"),
+                    },
+                }
+            },
+            "/v1/webhook-secret/rotate": {
+                "post": {
+                    "operationId": "rotateWebhookSecret",
+                    "description": "A new tenant secret; the old one keeps signing (a second "
+                    "signature) for 24 h (SPLATQ_WEBHOOK_ROTATION_OVERLAP_S).",
+                    "responses": {
+                        "200": {
+                            "description": "the new secret",
+                            "content": {
+                                "application/json": {
+                                    "schema": {
+                                        "type": "object",
+                                        "required": ["secret", "previous_secret_expires_at"],
+                                        "properties": {
+                                            "secret": {"type": "string"},
+                                            "scheme": {"type": "string"},
+                                            "previous_secret_expires_at": {
+                                                "type": ["string", "null"],
+                                                "format": "date-time",
+                                            },
                                         },
                                     }
                                 }

@@ -24,7 +24,7 @@ from services.gateway.images import ImageRejected, ValidatedImage, validate_imag
 from services.gateway.openapi import openapi_document
 from services.gateway.problems import ApiError, not_found
 from services.gateway.submission import Submission, idempotency_key, read_submission
-from services.gateway.views import job_view
+from services.gateway.views import job_view, rfc3339
 from shared.events import TERMINAL_EVENTS
 from shared.ids import is_job_id, partition_of
 from shared.jobs import QUALITY_STREAMS, JobRecord, JobSpec
@@ -58,6 +58,7 @@ def add_routes(app: web.Application) -> None:
     app.router.add_get("/v1/jobs/{job_id}/events", job_events)
     app.router.add_get("/v1/jobs/{job_id}/deliveries", job_deliveries)
     app.router.add_get("/v1/webhook-secret", webhook_secret)
+    app.router.add_post("/v1/webhook-secret/rotate", rotate_webhook_secret)
     add_endpoint_routes(app)
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)
@@ -334,8 +335,27 @@ async def job_deliveries(request: web.Request) -> web.Response:
 async def webhook_secret(request: web.Request) -> web.Response:
     """The tenant's signing secret for per-job webhook_urls (created on first use)."""
     tenant = authenticate(request, request.app[SETTINGS].api_keys)
-    secret = await WebhookStore(request.app[QUEUE]).tenant_secret(tenant)
-    return _json({"secret": secret, "scheme": "Standard Webhooks (v1, HMAC-SHA256)"})
+    store = WebhookStore(request.app[QUEUE])
+    secret = await store.tenant_secret(tenant)
+    return _secret_response(secret, await store.previous_secret_expires_ms(tenant))
+
+
+async def rotate_webhook_secret(request: web.Request) -> web.Response:
+    """A new tenant secret; deliveries carry signatures with both for the overlap."""
+    tenant = authenticate(request, request.app[SETTINGS].api_keys)
+    store = WebhookStore(request.app[QUEUE])
+    secret = await store.rotate_tenant_secret(tenant)
+    return _secret_response(secret, await store.previous_secret_expires_ms(tenant))
+
+
+def _secret_response(secret: str, previous_expires_ms: int) -> web.Response:
+    return _json(
+        {
+            "secret": secret,
+            "scheme": "Standard Webhooks (v1, HMAC-SHA256)",
+            "previous_secret_expires_at": rfc3339(previous_expires_ms),
+        }
+    )
 
 
 # -- operations -----------------------------------------------------------------------------

@@ -44,6 +44,7 @@ from shared.webhook_store import (
 log = structlog.get_logger("splatq.dispatcher")
 EVENTS_RECLAIM_IDLE_MS = 30_000
 CLAIM_BATCH = 100
+SECRET_CACHE_S = 5.0
 SNIPPET_BYTES = 512
 
 
@@ -63,7 +64,7 @@ class Dispatcher:
         self._stopping = asyncio.Event()
         self._in_flight: set[asyncio.Task[None]] = set()
         self._slots = asyncio.Semaphore(self.settings.webhook_concurrency)
-        self._secrets: dict[str, tuple[float, asyncio.Future[str]]] = {}
+        self._secrets: dict[str, tuple[float, asyncio.Future[tuple[str, ...]]]] = {}
         self._results: asyncio.Queue[tuple[AttemptResult, asyncio.Future[Recorded]]] = (
             asyncio.Queue()
         )
@@ -313,7 +314,7 @@ class Dispatcher:
         s = self.settings
         secrets: tuple[str, ...]
         if gate is None:
-            url, secrets = m.url, (await self._secret(m.tenant),)
+            url, secrets = m.url, await self._tenant_secrets(m.tenant)
         else:
             url, secrets = gate.url, gate.secrets
         headers = signed_headers(secrets, m.event_id, int(time.time()), m.payload)
@@ -446,12 +447,13 @@ class Dispatcher:
                 else:
                     done.set_result(status)
 
-    async def _secret(self, tenant: str) -> str:
-        """The tenant's secret, cached for a minute; concurrent first uses share one lookup."""
+    async def _tenant_secrets(self, tenant: str) -> tuple[str, ...]:
+        """The tenant's signing secrets, cached briefly (a rotation shows within
+        SECRET_CACHE_S); concurrent first uses share one lookup."""
         cached = self._secrets.get(tenant)
         if cached is None or cached[0] <= time.monotonic():
-            lookup = asyncio.ensure_future(self.store.tenant_secret(tenant))
-            cached = (time.monotonic() + 60, lookup)
+            lookup = asyncio.ensure_future(self.store.tenant_secrets(tenant))
+            cached = (time.monotonic() + SECRET_CACHE_S, lookup)
             self._secrets[tenant] = cached
         try:
             return await asyncio.shield(cached[1])

@@ -172,3 +172,22 @@ async def test_recover_validates_and_refuses_a_disabled_endpoint(
     await client.patch(f"{BASE}/{ep['id']}", json={"enabled": False}, headers=AUTH_A)
     since = {"since": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() - 60))}
     await _problem(await client.post(url, json=since, headers=AUTH_A), 409, "endpoint_disabled")
+
+
+async def test_the_tenant_secret_rotates_with_an_overlap(client: TestClient[Any, Any]) -> None:
+    """POST /v1/webhook-secret/rotate: a new secret at once, the old one signing for 24 h;
+    the other tenant's secret is untouched."""
+    first = await (await client.get("/v1/webhook-secret", headers=AUTH_A)).json()
+    assert first["previous_secret_expires_at"] is None
+    other = await (await client.get("/v1/webhook-secret", headers=AUTH_B)).json()
+    resp = await client.post("/v1/webhook-secret/rotate", headers=AUTH_A)
+    assert resp.status == 200
+    rotated = await resp.json()
+    assert rotated["secret"].startswith("whsec_")
+    assert rotated["secret"] != first["secret"]
+    expires = datetime.fromisoformat(rotated["previous_secret_expires_at"].replace("Z", "+00:00"))
+    assert timedelta(hours=23, minutes=59) < expires - datetime.now(UTC) <= timedelta(hours=24)
+    now = await (await client.get("/v1/webhook-secret", headers=AUTH_A)).json()
+    assert now["secret"] == rotated["secret"]
+    assert (await (await client.get("/v1/webhook-secret", headers=AUTH_B)).json()) == other
+    await _problem(await client.post("/v1/webhook-secret/rotate"), 401, "unauthorized")

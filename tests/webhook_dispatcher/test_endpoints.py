@@ -392,3 +392,38 @@ async def test_health_folds_a_batch_of_results_in_order(queue: JobQueue) -> None
     ep = await ratios.create("acme", "https://93.184.216.34/h", [])
     assert await fold(ratios, ep.id, "fail", "ok", "fail", "ok") == "closed"  # 2 of 4
     assert await fold(ratios, ep.id, "fail") == "open"  # 3 of 5 = 0.6, no streak
+
+
+async def test_a_rotated_tenant_secret_signs_job_webhooks_twice(
+    queue: JobQueue,
+    settings: Settings,
+    start_worker: WorkerFactory,
+    start_dispatcher: Callable[[Settings], Dispatcher],
+    receivers: ReceiverFactory,
+) -> None:
+    """After the tenant rotates, a job's webhook_url delivery verifies with the old and the
+    new secret."""
+    r = await receivers()
+    store = WebhookStore(queue)
+    old = await store.tenant_secret("acme")
+    new = await store.rotate_tenant_secret("acme")
+    assert await store.tenant_secrets("acme") == (new, old)
+    job_id = (
+        await queue.enqueue(
+            JobSpec(
+                tenant="acme", quality="preview", webhook_url=r.url, webhook_events=(COMPLETED,)
+            )
+        )
+    ).job_id
+    await start_worker()
+    await wait_for_status(queue, job_id, {"completed"})
+    start_dispatcher(dispatcher_settings(settings))
+
+    async def delivered() -> bool:
+        return len(r.calls) == 1
+
+    await wait_until(delivered, timeout_s=15)
+    _, headers, body = r.calls[0]
+    assert len(headers["webhook-signature"].split(" ")) == 2
+    for secret in (old, new):
+        assert standardwebhooks.Webhook(secret).verify(body, headers)["data"]["job_id"] == job_id
