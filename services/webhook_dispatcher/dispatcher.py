@@ -302,6 +302,10 @@ class Dispatcher:
         self.metrics.open_circuits.set(
             sum(until > now_ms for until in self._open_circuits.values())
         )
+        # Forget circuits not heard of for an hour (deleted endpoints never report closing).
+        for endpoint_id, until in list(self._open_circuits.items()):
+            if until < now_ms - 3_600_000:
+                del self._open_circuits[endpoint_id]
 
     def _finished(self, task: asyncio.Task[None]) -> None:
         self._in_flight.discard(task)

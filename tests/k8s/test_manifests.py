@@ -67,6 +67,9 @@ RUNBOOK_ANCHORS = {
     "gateway-latency",
     "gpu-oom",
     "webhooks",
+    "webhook-deliveries-late",
+    "webhook-endpoint-disabled",
+    "webhook-circuits-open",
 }
 REQUIRED_ALERTS = {
     "SplatqStreamEntriesLost",
@@ -82,6 +85,22 @@ REQUIRED_ALERTS = {
     "SplatqWebhookDeadLetters",
     "SplatqWebhookBacklog",
     "SplatqWebhookFailures",
+    "SplatqWebhookDeliveriesLate",
+    "SplatqWebhookEndpointDisabled",
+    "SplatqWebhookCircuitsOpen",
+}
+# The webhook endpoint and circuit breaker settings (variable -> Settings field).
+WEBHOOK_ENDPOINT_SETTINGS = {
+    "SPLATQ_WEBHOOK_MAX_ENDPOINTS": "webhook_max_endpoints",
+    "SPLATQ_WEBHOOK_ROTATION_OVERLAP_S": "webhook_rotation_overlap_s",
+    "SPLATQ_WEBHOOK_RECOVER_LIMIT": "webhook_recover_limit",
+    "SPLATQ_WEBHOOK_BREAKER_CONSECUTIVE": "webhook_breaker_consecutive",
+    "SPLATQ_WEBHOOK_BREAKER_RATIO": "webhook_breaker_ratio",
+    "SPLATQ_WEBHOOK_BREAKER_MIN_ATTEMPTS": "webhook_breaker_min_attempts",
+    "SPLATQ_WEBHOOK_BREAKER_WINDOW_MS": "webhook_breaker_window_ms",
+    "SPLATQ_WEBHOOK_BREAKER_OPEN_MS": "webhook_breaker_open_ms",
+    "SPLATQ_WEBHOOK_BREAKER_OPEN_CAP_MS": "webhook_breaker_open_cap_ms",
+    "SPLATQ_WEBHOOK_DISABLE_AFTER_S": "webhook_disable_after_s",
 }
 # Non-secret AWS SDK variables the ConfigMap may carry besides SPLATQ_* settings.
 AWS_SDK_SETTINGS = {"AWS_REGION", "AWS_DEFAULT_REGION"}
@@ -403,8 +422,17 @@ def test_configmap_sets_the_gateway_and_worker_settings() -> None:
         "SPLATQ_WEBHOOK_TIMEOUT_S",
         "SPLATQ_WEBHOOK_CONCURRENCY",
         "SPLATQ_WEBHOOK_CONCURRENCY_PER_HOST",
+        *WEBHOOK_ENDPOINT_SETTINGS,
     }
     assert not required - set(configmap_data()), sorted(required - set(configmap_data()))
+
+
+def test_configmap_webhook_endpoint_settings_are_the_defaults() -> None:
+    """The endpoint limit, secret rotation overlap, recover bound, circuit breaker and
+    auto-disable settings are in the ConfigMap with the defaults docs/webhooks.md documents."""
+    configured, defaults = configured_settings(), Settings()
+    for name, field in WEBHOOK_ENDPOINT_SETTINGS.items():
+        assert getattr(configured, field) == getattr(defaults, field), name
 
 
 def test_secret_example_keys_are_real_settings() -> None:
@@ -841,7 +869,9 @@ def test_gateway_alerts_use_the_agreed_thresholds() -> None:
 
 def test_webhook_alerts_use_the_agreed_thresholds() -> None:
     """Dead letters: any growth of the webhook dead-letter stream; backlog: pending messages
-    high for 15 min; failures: more than 50 % of attempts not delivered over 15 min."""
+    high for 15 min; failures: more than 50 % of attempts not delivered over 15 min; late
+    deliveries: due lag above 60 s for 10 min; any endpoint disabled in 15 min, its first
+    disable included; circuits open for 30 min. Each points at its runbook section."""
     rules = {r["alert"]: r for r in alert_rules() if r["alert"].startswith("SplatqWebhook")}
     dead = " ".join(rules["SplatqWebhookDeadLetters"]["expr"].split())
     assert "splatq_webhook_dead_letter_length" in dead
@@ -855,8 +885,32 @@ def test_webhook_alerts_use_the_agreed_thresholds() -> None:
     assert failures.count("splatq_webhook_attempts_total") == 2
     assert failures.count("[15m]") == 2
     assert failures.endswith("> 0.5")
-    for rule in rules.values():
-        assert rule["annotations"]["runbook_url"] == "docs/operations.md#webhooks"
+    late = rules["SplatqWebhookDeliveriesLate"]
+    assert "splatq_webhook_due_lag_seconds" in late["expr"]
+    assert late["expr"].startswith("max by (namespace, partition) (")
+    assert late["expr"].endswith("> 60")
+    assert late["for"] == "10m"
+    disabled = " ".join(rules["SplatqWebhookEndpointDisabled"]["expr"].split())
+    selector = 'splatq_webhook_circuit_transitions_total{job="splatq-dispatcher", to="disabled"}'
+    assert disabled.count(selector) == 3
+    assert f"increase({selector}[15m])" in disabled
+    assert f"unless {selector} offset 15m" in disabled  # the first disable of a dispatcher
+    assert disabled.endswith("> 0")
+    assert "for" not in rules["SplatqWebhookEndpointDisabled"]
+    circuits = rules["SplatqWebhookCircuitsOpen"]
+    assert circuits["expr"].startswith("max by (namespace) (splatq_webhook_open_circuits{")
+    assert circuits["for"] == "30m"
+    runbooks = {
+        "SplatqWebhookDeadLetters": "webhooks",
+        "SplatqWebhookBacklog": "webhooks",
+        "SplatqWebhookFailures": "webhooks",
+        "SplatqWebhookDeliveriesLate": "webhook-deliveries-late",
+        "SplatqWebhookEndpointDisabled": "webhook-endpoint-disabled",
+        "SplatqWebhookCircuitsOpen": "webhook-circuits-open",
+    }
+    assert set(rules) == set(runbooks)
+    for alert, anchor in runbooks.items():
+        assert rules[alert]["annotations"]["runbook_url"] == f"docs/operations.md#{anchor}"
 
 
 @pytest.mark.skipif(PROMTOOL is None, reason="promtool is not installed")
@@ -924,6 +978,10 @@ def test_dashboard_has_filters_and_required_panels() -> None:
         "splatq_webhook_attempts_total",
         "splatq_webhook_messages_pending",
         "splatq_webhook_dead_letter_length",
+        "splatq_webhook_due_lag_seconds",
+        "splatq_webhook_open_circuits",
+        "splatq_webhook_circuit_transitions_total",
+        "splatq_webhook_deferred_total",
     ):
         assert metric in exprs, metric
     for q in ("0.5", "0.95", "0.99"):
