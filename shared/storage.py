@@ -16,8 +16,10 @@ from typing import Protocol
 from urllib.parse import urlparse
 
 from shared.errors import PermanentError, TransientError
+from shared.group_commit import TEMP_MARKER, GroupCommitWriter
 
-TEMP_MARKER = ".tmp-"
+__all__ = ["TEMP_MARKER", "LocalFileStorage", "ObjectNotFound", "Staged", "Storage",
+           "StorageUnavailable", "open_storage", "validate_key"]  # fmt: skip
 _TEMP_SEQ = itertools.count()
 
 
@@ -83,8 +85,11 @@ def validate_key(key: str) -> str:
 class LocalFileStorage:
     """Files under `root`; commit is `os.replace` (atomic on POSIX) after an fsync."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, group_commit: bool = True) -> None:
         self.root = root.resolve()
+        # put_if_absent (the gateway's input writes) is batched: one filesystem flush for
+        # every write queued at that moment (shared/group_commit.py).
+        self._writer = GroupCommitWriter(self.root) if group_commit else None
 
     def path_of(self, key: str) -> Path:
         return self.root / validate_key(key)
@@ -131,19 +136,10 @@ class LocalFileStorage:
 
     async def put_if_absent(self, key: str, data: bytes) -> bool:
         path = self.path_of(key)
-
-        def write() -> bool:
-            # One thread hop for check + write + fsync + rename: this is on the gateway's
-            # submission path, where every hop to the pool is latency.
-            if path.is_file():
-                return False
-            temp = path.with_name(f".{path.name}{TEMP_MARKER}{next(_TEMP_SEQ)}-{os.getpid()}")
-            _write_synced(temp, data)
-            os.replace(temp, path)
-            return True
-
         try:
-            return await asyncio.to_thread(write)
+            if self._writer is not None:
+                return await self._writer.put_if_absent(path, data)
+            return await asyncio.to_thread(_write_if_absent, path, data)
         except OSError as exc:
             raise StorageUnavailable(f"writing {key!r}: {exc}") from exc
 
@@ -159,6 +155,16 @@ class LocalFileStorage:
             return len(stale)
 
         return await asyncio.to_thread(sweep)
+
+
+def _write_if_absent(path: Path, data: bytes) -> bool:
+    """One file, fsynced, renamed into place unless present (no group commit)."""
+    if path.is_file():
+        return False
+    temp = path.with_name(f".{path.name}{TEMP_MARKER}{next(_TEMP_SEQ)}-{os.getpid()}")
+    _write_synced(temp, data)
+    os.replace(temp, path)
+    return True
 
 
 def _write_synced(path: Path, data: bytes) -> None:

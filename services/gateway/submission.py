@@ -14,9 +14,9 @@ from dataclasses import dataclass
 from typing import Any
 
 import orjson
-from aiohttp import BodyPartReader, web
-from aiohttp.http_exceptions import HttpProcessingError
+from aiohttp import web
 
+from services.gateway.multipart import MultipartError, boundary_of, parse_form
 from services.gateway.problems import ApiError, invalid_request
 from shared.events import EventType
 from shared.ssrf import UrlRejected, check_url
@@ -159,49 +159,34 @@ async def _read_multipart(
     request: web.Request, max_bytes: int, allow_private_webhooks: bool
 ) -> Submission:
     try:
-        reader = await request.multipart()
-    except (ValueError, AssertionError, HttpProcessingError) as exc:
+        boundary = boundary_of(request.headers.get("Content-Type", ""))
+    except MultipartError as exc:
+        raise invalid_request(f"malformed multipart body: {exc}") from None
+    body = await read_capped(request, max_bytes)
+    try:
+        parts = parse_form(body, boundary)
+    except MultipartError as exc:
         raise invalid_request(f"malformed multipart body: {exc}") from None
     image: bytes | None = None
     params: Params | None = None
-    size = 0
-    while True:
-        try:
-            part = await reader.next()
-        except (ValueError, AssertionError, HttpProcessingError) as exc:
-            # aiohttp raises InvalidHeader (an HttpProcessingError) for unparsable part headers
-            raise invalid_request(f"malformed multipart body: {exc}") from None
-        if part is None:
-            break
-        if not isinstance(part, BodyPartReader):
-            raise invalid_request("nested multipart bodies are not accepted")
-        name = part.name
-        if name not in {"image", "params"}:
-            raise invalid_request(f"unknown multipart part {name!r} (expected image, params)")
-        data = await _read_part(part, max_bytes - size, max_bytes)
-        size += len(data)
-        if name == "image":
+    for part in parts:
+        if part.name not in {"image", "params"}:
+            raise invalid_request(f"unknown multipart part {part.name!r} (expected image, params)")
+        if part.name == "image":
             if image is not None:
                 raise invalid_request("more than one image part")
-            image = bytes(data)
+            image = part.data
         else:
+            if params is not None:
+                raise invalid_request("more than one params part")
             try:
-                raw = orjson.loads(bytes(data)) if data else {}
-                params = parse_params(raw, allow_private_webhooks)
+                raw = orjson.loads(part.data) if part.data else {}
             except orjson.JSONDecodeError as exc:
                 raise invalid_request(f"params part is not valid JSON: {exc}") from None
+            params = parse_params(raw, allow_private_webhooks)
     if image is None:
         raise invalid_request("missing multipart part 'image'")
     return Submission(image, params or Params())
-
-
-async def _read_part(part: BodyPartReader, budget: int, max_bytes: int) -> bytes:
-    data = bytearray()
-    while chunk := await part.read_chunk(64 * 1024):
-        data.extend(chunk)
-        if len(data) > budget:
-            raise _too_large(max_bytes)
-    return bytes(data)
 
 
 def _decode_base64_image(value: str) -> bytes:
