@@ -14,7 +14,6 @@ import re
 from dataclasses import dataclass
 
 from aiohttp.helpers import parse_mimetype
-from aiohttp.multipart import parse_content_disposition
 
 MAX_PARTS = 8
 MAX_HEADER_BYTES = 8 * 1024
@@ -22,6 +21,10 @@ MAX_HEADER_BYTES = 8 * 1024
 _BOUNDARY_RE = re.compile(rb"[0-9A-Za-z'()+_,\-./:=? ]{0,69}[0-9A-Za-z'()+_,\-./:=?]")
 _TOKEN_RE = re.compile(rb"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
 _CONTROL_RE = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
+_TOKEN = r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+"
+# One `; name=value` parameter: a token, or a quoted-string with backslash escapes.
+_PARAM_RE = re.compile(rf'[ \t]*;[ \t]*({_TOKEN})[ \t]*=[ \t]*(?:"((?:[^"\\]|\\.)*)"|({_TOKEN}))')
+_ESCAPE_RE = re.compile(r"\\(.)")
 _PLAIN_ENCODINGS = frozenset({"", "7bit", "8bit", "binary"})
 
 
@@ -89,7 +92,7 @@ def _part(body: bytes, start: int, end: int) -> FormPart:
     disposition = headers.get("content-disposition")
     if disposition is None:
         raise MultipartError("a part has no Content-Disposition header")
-    kind, params = parse_content_disposition(disposition)
+    kind, params = _disposition(disposition)
     if kind != "form-data" or not params.get("name"):
         raise MultipartError("a part's Content-Disposition is not form-data with a name")
     encoding = headers.get("content-transfer-encoding", "").strip().lower()
@@ -99,6 +102,26 @@ def _part(body: bytes, start: int, end: int) -> FormPart:
     if content_type.lower().startswith("multipart/"):
         raise MultipartError("nested multipart bodies are not accepted")
     return FormPart(params["name"], params.get("filename"), content_type, body[data_start:end])
+
+
+def _disposition(value: str) -> tuple[str, dict[str, str]]:
+    """`form-data; name="image"; filename="a.png"` -> ("form-data", {"name": ..., ...});
+    parameter names lower-cased, quoted values unescaped; anything else raises."""
+    kind, sep, rest = value.partition(";")
+    params: dict[str, str] = {}
+    rest = sep + rest
+    pos = 0
+    while pos < len(rest.rstrip(" \t;")):
+        match = _PARAM_RE.match(rest, pos)
+        if match is None:
+            raise MultipartError("a part's Content-Disposition parameters are malformed")
+        name = match.group(1).lower()
+        if name in params:
+            raise MultipartError(f"a part's Content-Disposition repeats {name!r}")
+        quoted = match.group(2)
+        params[name] = _ESCAPE_RE.sub(r"\1", quoted) if quoted is not None else match.group(3)
+        pos = match.end()
+    return kind.strip().lower(), params
 
 
 def _headers(head: bytes) -> dict[str, str]:

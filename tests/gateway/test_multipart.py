@@ -123,3 +123,38 @@ async def test_any_truncation_or_byte_flip_raises_only_multipart_error() -> None
         except MultipartError:
             pass
     assert parsed < len(damaged)  # the damage is seen, not parsed past
+
+
+@pytest.mark.parametrize(
+    ("disposition", "name", "filename"),
+    [
+        (b'form-data; name="image"; filename="a.png"', "image", "a.png"),
+        (b"form-data;name=image;filename=a.png", "image", "a.png"),
+        (b'Form-Data; NAME="image"; filename="say \\"hi\\".png";', "image", 'say "hi".png'),
+        (b"form-data; name=\"image\"; filename*=UTF-8''sc%C3%A8ne.png", "image", None),
+        ('form-data; name="image"; filename="scène.png"'.encode(), "image", "scène.png"),
+    ],
+)
+def test_content_disposition_forms_clients_send(
+    disposition: bytes, name: str, filename: str | None
+) -> None:
+    body = b"--B\r\nContent-Disposition: " + disposition + b"\r\n\r\nx\r\n--B--"
+    [part] = parse_form(body, b"B")
+    assert (part.name, part.filename, part.data) == (name, filename, b"x")
+
+
+@pytest.mark.parametrize(
+    "disposition",
+    [
+        b'form-data; name="image"; name="other"',
+        b'form-data; name="unterminated',
+        b"form-data; name",
+        b"form-data; name=a b",
+        b"form-data name=image",
+        b'form-data; =x; name="image"',
+    ],
+)
+def test_malformed_content_dispositions_raise(disposition: bytes) -> None:
+    body = b"--B\r\nContent-Disposition: " + disposition + b"\r\n\r\nx\r\n--B--"
+    with pytest.raises(MultipartError):
+        parse_form(body, b"B")
