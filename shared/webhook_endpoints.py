@@ -23,6 +23,7 @@ ENDPOINT_ID_PREFIX = "ep_"
 # holder is presumed dead), and how long other messages wait for the probe's result.
 PROBE_HOLD_MS = 30_000
 HALF_OPEN_DEFER_MS = 1_000
+RECOVER_PAGE = 1_000
 
 
 def new_endpoint_id() -> str:
@@ -197,35 +198,46 @@ class EndpointStore:
 
     async def recover(self, tenant: str, endpoint_id: str, since_ms: int) -> RecoverResult:
         """Send again every dead-lettered message of this endpoint failed since `since_ms`,
-        at most `webhook_recover_limit` per call (`truncated` says more remain)."""
+        at most `webhook_recover_limit` per call (`truncated`: more remain, call again)."""
         limit = self.settings.webhook_recover_limit
-        found = 0
-        recovered = expired = 0
+        picked_total = recovered = expired = 0
         truncated = False
         for p in range(self.settings.partitions):
-            if found >= limit:
+            # One more than still allowed: finding it means the call is truncated.
+            picked = await self._failed_since(
+                p, tenant, endpoint_id, since_ms, limit - picked_total + 1
+            )
+            if picked_total + len(picked) > limit:
+                picked = picked[: limit - picked_total]
                 truncated = True
-                break
-            dlq = self.keys.webhook_dead_letters(p)
-            picked: list[tuple[str, str]] = []
-            start = f"{since_ms}-0"
-            while len(picked) + found < limit:
-                entries = await self.redis.xrange(dlq, start, "+", count=1000)
-                for entry_id, f in entries:
-                    if f.get("tenant") == tenant and f.get("target") == endpoint_id:
-                        picked.append((entry_id, f.get("message", "")))
-                        if len(picked) + found >= limit:
-                            truncated = True
-                            break
-                if len(entries) < 1000 or truncated:
-                    break
-                start = "(" + entries[-1][0]
-            found += len(picked)
-            for chunk_start in range(0, len(picked), 500):
-                r, e, _ = await self.redrive_messages(p, picked[chunk_start : chunk_start + 500])
+            picked_total += len(picked)
+            for start in range(0, len(picked), 500):
+                r, e, _ = await self.redrive_messages(p, picked[start : start + 500])
                 recovered += r
                 expired += e
+            if truncated:
+                break
         return RecoverResult(recovered, expired, truncated)
+
+    async def _failed_since(
+        self, partition: int, tenant: str, endpoint_id: str, since_ms: int, most: int
+    ) -> list[tuple[str, str]]:
+        """(dead-letter entry id, message id) of the endpoint's failures since `since_ms` in
+        one partition, oldest first, at most `most` (the stream is read in pages)."""
+        dlq = self.keys.webhook_dead_letters(partition)
+        picked: list[tuple[str, str]] = []
+        start = f"{since_ms}-0"
+        while len(picked) < most:
+            entries = await self.redis.xrange(dlq, start, "+", count=RECOVER_PAGE)
+            for entry_id, f in entries:
+                if f.get("tenant") == tenant and f.get("target") == endpoint_id:
+                    picked.append((entry_id, f.get("message", "")))
+                    if len(picked) == most:
+                        break
+            if len(entries) < RECOVER_PAGE:
+                break
+            start = "(" + entries[-1][0]
+        return picked
 
     async def redrive_messages(
         self, partition: int, entries: Sequence[tuple[str, str]]

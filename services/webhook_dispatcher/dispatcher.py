@@ -276,7 +276,7 @@ class Dispatcher:
             disabled = gate.verdict == "disabled"
             reason = f"endpoint disabled: {gate.reason}" if disabled else "endpoint deleted"
             outcome = "failed" if disabled else "dropped"
-            attempt = self._attempt_record(m, m.url, None, 0.0, outcome, reason, "")
+            attempt = self._attempt_record(m, gate.url or m.url, None, 0.0, outcome, reason, "")
             result = AttemptResult(
                 m, outcome, 0, attempt, reason, code="endpoint_disabled" if disabled else ""
             )

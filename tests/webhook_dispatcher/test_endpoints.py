@@ -17,7 +17,7 @@ from shared.jobs import JobSpec
 from shared.queue import JobQueue
 from shared.settings import Settings
 from shared.webhook_endpoints import Endpoint, EndpointStore
-from shared.webhook_store import WebhookStore
+from shared.webhook_store import AttemptResult, WebhookStore
 from tests.conftest import WorkerFactory, wait_for_status, wait_until
 from tests.webhook_dispatcher.conftest import Receiver, ReceiverFactory, dispatcher_settings
 
@@ -427,3 +427,42 @@ async def test_a_rotated_tenant_secret_signs_job_webhooks_twice(
     assert len(headers["webhook-signature"].split(" ")) == 2
     for secret in (old, new):
         assert standardwebhooks.Webhook(secret).verify(body, headers)["data"]["job_id"] == job_id
+
+
+async def _dead_letter(queue: JobQueue, event_id: str, tenant: str, target: str) -> None:
+    """A message failed for good, recorded as the dispatcher records it."""
+    store = WebhookStore(queue)
+    message_id = f"{event_id}:{target}"
+    fields = {"id": message_id, "event_id": event_id, "event_type": COMPLETED,
+              "job_id": "job_000" + "0" * 26, "tenant": tenant, "url": "", "payload": "{}",
+              "target": target, "created_ms": "1"}  # fmt: skip
+    await store.fan_out(0, [("0-1", [fields])])
+    [message] = await store.claim(0, [message_id], 60_000)
+    await store.record_many([AttemptResult(message, "failed", 0, {}, "x", code="exhausted")])
+
+
+async def test_recover_is_bounded_and_touches_only_its_endpoint(queue: JobQueue) -> None:
+    store = EndpointStore(
+        JobQueue(queue.redis, queue.settings.with_overrides(webhook_recover_limit=2))
+    )
+    ep = await store.create("acme", "https://93.184.216.34/h", [])
+    other = await store.create("acme", "https://93.184.216.34/o", [])
+    since_ms = int(time.time() * 1000) - 1000
+    for i in range(3):
+        await _dead_letter(queue, f"evt_{i}", "acme", ep.id)
+    await _dead_letter(queue, "evt_other", "acme", other.id)
+    await _dead_letter(queue, "evt_beta", "beta", ep.id)  # same id, another tenant
+    first = await store.recover("acme", ep.id, since_ms)
+    assert (first.recovered, first.truncated) == (2, True)
+    second = await store.recover("acme", ep.id, since_ms)
+    assert (second.recovered, second.truncated) == (1, False)
+    third = await store.recover("acme", ep.id, since_ms)
+    assert (third.recovered, third.truncated) == (0, False)
+    left = await queue.redis.xrange(queue.keys.webhook_dead_letters(0))
+    assert sorted(f["event_id"] for _, f in left) == ["evt_beta", "evt_other"]
+    due = await queue.redis.zrange(queue.keys.webhook_due(0), 0, -1)
+    assert sorted(due) == [f"evt_{i}:{ep.id}" for i in range(3)]
+    # Nothing failed after `since` is not recovered.
+    await _dead_letter(queue, "evt_late", "acme", other.id)
+    late = await store.recover("acme", other.id, int(time.time() * 1000) + 1)
+    assert late.recovered == 0
