@@ -63,3 +63,32 @@ def spawn_worker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SpawnWork
         if proc.poll() is None:
             proc.send_signal(signal.SIGKILL)
             proc.wait(timeout=10)
+
+
+SpawnService = Callable[..., subprocess.Popen[bytes]]
+
+
+@pytest.fixture
+def spawn_service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SpawnService]:
+    """Start `python -m services.cli <command>` with the test environment plus overrides;
+    every one is killed after the test. Logs go to a file per process."""
+    procs: list[subprocess.Popen[bytes]] = []
+    log_dir = tmp_path_factory.mktemp("service-logs")
+
+    def spawn(command: str, redis_url: str, **overrides: str) -> subprocess.Popen[bytes]:
+        log = open(log_dir / f"{command}-{len(procs)}.log", "wb")  # noqa: SIM115 - owned by proc
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "services.cli", command],
+            cwd=REPO_ROOT,
+            env=worker_env(redis_url, **overrides),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+        procs.append(proc)
+        return proc
+
+    yield spawn
+    for proc in procs:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGKILL)
+            proc.wait(timeout=10)
