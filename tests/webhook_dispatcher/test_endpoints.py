@@ -4,6 +4,9 @@ deletion, recover, and one Redis Cluster slot per script call."""
 
 from __future__ import annotations
 
+import signal
+import subprocess
+import sys
 import time
 from collections.abc import Callable
 
@@ -15,10 +18,12 @@ from redis.asyncio import Redis
 from services.webhook_dispatcher.dispatcher import Dispatcher
 from shared.jobs import JobSpec
 from shared.queue import JobQueue
+from shared.redis_server import RedisServer
 from shared.settings import Settings
 from shared.webhook_endpoints import Endpoint, EndpointStore
 from shared.webhook_store import AttemptResult, WebhookStore
-from tests.conftest import WorkerFactory, wait_for_status, wait_until
+from tests.conftest import REPO_ROOT, WorkerFactory, wait_for_status, wait_until
+from tests.system.conftest import worker_env
 from tests.webhook_dispatcher.conftest import Receiver, ReceiverFactory, dispatcher_settings
 
 COMPLETED = "3d_reconstruction.completed"
@@ -466,3 +471,59 @@ async def test_recover_is_bounded_and_touches_only_its_endpoint(queue: JobQueue)
     await _dead_letter(queue, "evt_late", "acme", other.id)
     late = await store.recover("acme", other.id, int(time.time() * 1000) + 1)
     assert late.recovered == 0
+
+
+@pytest.mark.slow
+async def test_dispatchers_killed_mid_run_lose_no_endpoint_message(
+    queue: JobQueue,
+    redis_server: RedisServer,
+    start_worker: WorkerFactory,
+    receivers: ReceiverFactory,
+) -> None:
+    """Two dispatcher processes SIGKILLed while delivering 40 messages to an endpoint: a
+    third finishes, and the receiver's dedupe on webhook-id sees every job's event."""
+    r = await receivers(*[(200, {}, 0.05)] * 40)
+    store = EndpointStore(queue)
+    await store.create("acme", r.url, [COMPLETED])
+    job_ids = await _completed_jobs(queue, start_worker, 40)
+    env = worker_env(
+        redis_server.url,
+        SPLATQ_WEBHOOK_ALLOW_PRIVATE="1",
+        SPLATQ_WEBHOOK_TIMEOUT_S="1",
+        SPLATQ_WEBHOOK_RETRY_BASE_MS="20",
+        SPLATQ_WEBHOOK_RETRY_CAP_MS="200",
+    )
+    procs: list[subprocess.Popen[bytes]] = []
+
+    def start() -> subprocess.Popen[bytes]:
+        argv = [sys.executable, "-m", "services.cli", "dispatcher"]
+        out = subprocess.DEVNULL
+        procs.append(subprocess.Popen(argv, cwd=REPO_ROOT, env=env, stdout=out, stderr=out))
+        return procs[-1]
+
+    try:
+        for calls_before_kill in (8, 20):
+            victim = start()
+
+            async def enough(n: int = calls_before_kill) -> bool:
+                return len(r.calls) >= n
+
+            await wait_until(enough, timeout_s=30)
+            victim.send_signal(signal.SIGKILL)
+            victim.wait(timeout=10)
+        start()
+
+        def seen_jobs() -> set[str]:
+            return {orjson.loads(body)["data"]["job_id"] for _, _, body in r.calls}
+
+        async def all_seen() -> bool:
+            return seen_jobs() == set(job_ids)
+
+        await wait_until(all_seen, timeout_s=60, interval_s=0.1)
+        ids = [h["webhook-id"] for _, h, _ in r.calls]
+        assert len(set(ids)) == 40  # one webhook-id per event, whatever the retries
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait(timeout=10)
