@@ -8,6 +8,7 @@ rules live in wh_ep_gate.lua / wh_ep_health.lua; this module passes the settings
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -24,6 +25,7 @@ ENDPOINT_ID_PREFIX = "ep_"
 PROBE_HOLD_MS = 30_000
 HALF_OPEN_DEFER_MS = 1_000
 RECOVER_PAGE = 1_000
+_ENDPOINT_ID_RE = re.compile(r"ep_[0-9A-HJKMNP-TV-Z]{26}")  # the prefix and a ULID
 
 
 def new_endpoint_id() -> str:
@@ -31,11 +33,7 @@ def new_endpoint_id() -> str:
 
 
 def is_endpoint_id(value: str) -> bool:
-    return (
-        value.startswith(ENDPOINT_ID_PREFIX)
-        and len(value) == len(ENDPOINT_ID_PREFIX) + 26
-        and value[len(ENDPOINT_ID_PREFIX) :].isalnum()
-    )
+    return _ENDPOINT_ID_RE.fullmatch(value) is not None
 
 
 @dataclass(frozen=True, slots=True)
