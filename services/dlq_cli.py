@@ -68,13 +68,18 @@ def _parse_since(value: str) -> int:
 
 
 def _describe(letter: DeadLetter) -> dict[str, Any]:
-    return {
+    fields = dict(letter.fields)
+    described: dict[str, Any] = {
         "id": letter.id,
         "reason": letter.reason,
         "job_id": letter.job_id or None,
         "at": datetime.fromtimestamp(letter.at_ms / 1000, UTC).isoformat(),
-        "fields": dict(letter.fields),
+        "fields": fields,
     }
+    if "attempt_log" in fields:  # a webhook message's attempts, one JSON object per line
+        lines = fields.pop("attempt_log").splitlines()
+        described["attempts"] = [orjson.loads(line) for line in lines if line]
+    return described
 
 
 class DeadLetters(Protocol):

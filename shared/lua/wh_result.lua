@@ -1,13 +1,14 @@
 -- wh_result: record one delivery attempt and decide the message's next state: delivered,
 -- retry at a later time (durable: it is a score in the due set), deferred (not attempted:
 -- the endpoint's circuit is open; the attempt is given back), dropped (its endpoint was
--- deleted) or failed (dead-lettered with its attempt count: a permanent answer, the last
--- attempt, or a disabled endpoint).
+-- deleted) or failed (dead-lettered with its attempt count and its attempt log: a permanent
+-- answer, the last attempt, or a disabled endpoint).
 -- KEYS (one slot): 1 due zset, 2 message hash, 3 job delivery log, 4 webhook dead letters
 -- ARGV: 1 message id, 2 outcome 'delivered'|'retry'|'deferred'|'dropped'|'failed',
 --       3 delay ms (retry, deferred), 4 attempt record JSON ('' = not logged), 5 log cap,
 --       6 dead-letter maxlen, 7 retention ms, 8 reason code, 9 reason detail
 -- Returns the message's new status
+local MESSAGE_LOG_CAP = 20
 local now = now_ms()
 local outcome = ARGV[2]
 if redis.call('HGET', KEYS[2], 'status') ~= 'pending' then
@@ -18,6 +19,15 @@ if ARGV[4] ~= '' then
   redis.call('LPUSH', KEYS[3], ARGV[4])
   redis.call('LTRIM', KEYS[3], 0, tonumber(ARGV[5]) - 1)
   redis.call('PEXPIRE', KEYS[3], ARGV[7])
+  -- The message's own attempt log (newest MESSAGE_LOG_CAP lines of JSON), which goes with
+  -- it to the dead letters.
+  local log = (redis.call('HGET', KEYS[2], 'log') or '') .. ARGV[4] .. '\n'
+  local lines = select(2, string.gsub(log, '\n', ''))
+  while lines > MESSAGE_LOG_CAP do
+    log = string.sub(log, string.find(log, '\n', 1, true) + 1)
+    lines = lines - 1
+  end
+  redis.call('HSET', KEYS[2], 'log', log)
 end
 if outcome == 'retry' or outcome == 'deferred' then
   local at = now + tonumber(ARGV[3])
@@ -42,9 +52,9 @@ if outcome == 'dropped' then
 end
 redis.call('HSET', KEYS[2], 'status', 'failed', 'failed_at_ms', now, 'last_error', ARGV[9])
 local m = redis.call('HMGET', KEYS[2], 'event_id', 'job_id', 'tenant', 'url', 'attempts',
-  'target', 'event_type')
+  'target', 'event_type', 'log')
 redis.call('XADD', KEYS[4], 'MAXLEN', '~', ARGV[6], '*', 'message', ARGV[1],
   'event_id', m[1] or '', 'event', m[7] or '', 'job', m[2] or '', 'tenant', m[3] or '',
   'target', m[6] or '', 'url', m[4] or '', 'attempts', m[5] or '0', 'reason', ARGV[8],
-  'detail', ARGV[9], 'at_ms', now)
+  'detail', ARGV[9], 'at_ms', now, 'attempt_log', m[8] or '')
 return 'failed'

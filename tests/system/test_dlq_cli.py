@@ -130,7 +130,16 @@ async def _dead_letter_a_webhook_message(queue: JobQueue, code: str) -> str:
     await store.fan_out(0, [("0-1", [fields])])
     [message] = await store.claim(0, [message_id], 60_000)
     [recorded] = await store.record_many(
-        [AttemptResult(message, "failed", 0, {"outcome": "failed"}, "HTTP 410", code=code)]
+        [
+            AttemptResult(
+                message,
+                "failed",
+                0,
+                {"outcome": "failed", "status_code": 410},
+                "HTTP 410",
+                code=code,
+            )
+        ]
     )
     assert isinstance(recorded, Recorded)
     assert recorded.status == "failed"
@@ -159,7 +168,9 @@ async def test_webhook_dead_letters_are_listed_redriven_and_purged(
         redis_server.url, "show", "--kind", "webhooks", entry["id"], "--json"
     )
     assert code == 0
-    assert orjson.loads(out)["fields"]["target"] == "job"
+    shown = orjson.loads(out)
+    assert shown["fields"]["target"] == "job"
+    assert shown["attempts"] == [{"outcome": "failed", "status_code": 410}]
     code, out, _ = await splatq_dlq(
         redis_server.url, "redrive", "--kind", "webhooks", entry["id"], "--json"
     )
