@@ -13,6 +13,7 @@ import pytest
 import standardwebhooks
 from aiohttp import web
 from aiohttp.test_utils import TestServer
+from redis.asyncio import Redis
 
 from shared.redis_server import RedisServer, free_port
 from tests.conftest import wait_until
@@ -26,6 +27,7 @@ COMPLETED = "3d_reconstruction.completed"
 
 
 async def test_an_endpoint_and_a_job_webhook_url_get_signed_events(
+    redis: Redis,  # flushed: no other test's events reach this tenant's endpoint
     redis_server: RedisServer,
     spawn_service: SpawnService,
     spawn_worker: SpawnWorker,
