@@ -89,6 +89,7 @@ async def dispatcher_run(
         webhook_allow_private=True,
         webhook_concurrency=concurrency,
         webhook_concurrency_per_host=concurrency,
+        webhook_concurrency_per_endpoint=concurrency,
         webhook_retry_base_ms=5,
         webhook_retry_cap_ms=50,
         log_level="warning",

@@ -131,7 +131,10 @@ class Settings:
     webhook_retry_cap_ms: int = 36_000_000
     webhook_timeout_s: float = 15.0
     webhook_concurrency: int = 64
-    webhook_concurrency_per_host: int = 4
+    # In-flight attempts per target (a registered endpoint, or a job webhook_url's host) and,
+    # as a coarser net, connections per receiver host (several endpoints may share a host).
+    webhook_concurrency_per_endpoint: int = 4
+    webhook_concurrency_per_host: int = 16
     # Webhook endpoints: per-tenant limit, secret rotation overlap, recover bound.
     webhook_max_endpoints: int = 50
     webhook_rotation_overlap_s: int = 24 * 3600
@@ -260,6 +263,9 @@ class Settings:
             webhook_retry_cap_ms=_int(e, "SPLATQ_WEBHOOK_RETRY_CAP_MS", d.webhook_retry_cap_ms, 1),
             webhook_timeout_s=_float(e, "SPLATQ_WEBHOOK_TIMEOUT_S", d.webhook_timeout_s, 0.1, 300),
             webhook_concurrency=_int(e, "SPLATQ_WEBHOOK_CONCURRENCY", d.webhook_concurrency, 1),
+            webhook_concurrency_per_endpoint=_int(
+                e, "SPLATQ_WEBHOOK_CONCURRENCY_PER_ENDPOINT", d.webhook_concurrency_per_endpoint, 1
+            ),
             webhook_concurrency_per_host=_int(
                 e, "SPLATQ_WEBHOOK_CONCURRENCY_PER_HOST", d.webhook_concurrency_per_host, 1
             ),

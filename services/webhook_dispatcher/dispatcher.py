@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import os
 import random
 import socket
 import time
 from typing import Any
+from urllib.parse import urlsplit
 
 import aiohttp
 import structlog
@@ -45,6 +47,8 @@ log = structlog.get_logger("splatq.dispatcher")
 EVENTS_RECLAIM_IDLE_MS = 30_000
 CLAIM_BATCH = 100
 SECRET_CACHE_S = 5.0
+BUSY_DEFER_MS = 200
+MAX_BUSY_DEFER_MS = 600_000
 SNIPPET_BYTES = 512
 
 
@@ -69,6 +73,9 @@ class Dispatcher:
             asyncio.Queue()
         )
         self._open_circuits: dict[str, int] = {}  # endpoint id -> open until (ms), as seen here
+        self._busy: dict[str, int] = {}  # target -> attempts in flight
+        self._latency_ms: dict[str, float] = {}  # target -> recent attempt latency (EWMA)
+        self._booked: dict[str, float] = {}  # target -> its capacity is booked until (ms)
 
     def stop(self) -> None:
         self._stopping.set()
@@ -225,10 +232,18 @@ class Dispatcher:
             if gate is not None and gate.verdict not in {"send", "probe"}:
                 self._hold_back(message, gate)
                 continue
+            target = _target_key(message)
+            if self._busy.get(target, 0) >= self.settings.webhook_concurrency_per_endpoint:
+                # Its target already has its share of attempts in flight (a slow receiver):
+                # wait a moment without spending an attempt or a slot, so it never holds
+                # slots that other targets could use.
+                self._hold_back(message, Gate("busy"))
+                continue
             free -= 1  # the attempt's task releases it
+            self._busy[target] = self._busy.get(target, 0) + 1
             task = asyncio.create_task(self._deliver(http, message, gate))
             self._in_flight.add(task)
-            task.add_done_callback(self._finished)
+            task.add_done_callback(functools.partial(self._finished, target))
         for _ in range(free):
             self._slots.release()
         return len(claimed)
@@ -264,14 +279,18 @@ class Dispatcher:
         return gates
 
     def _hold_back(self, m: Message, gate: Gate) -> None:
-        """A message not sent now: its endpoint's circuit is open (deferred, the attempt is
-        given back), the endpoint is disabled (dead-lettered, `recover` sends it later) or
-        deleted (dropped)."""
-        if gate.verdict == "defer":
-            delay = defer_delay_ms(gate.until_ms, int(time.time() * 1000), self._rng)
-            result = AttemptResult(m, "deferred", delay, None, code="circuit_open")
+        """A message not sent now: its endpoint's circuit is open or its target is busy
+        (deferred, the attempt is given back), the endpoint is disabled (dead-lettered,
+        `recover` sends it later) or deleted (dropped)."""
+        if gate.verdict in {"defer", "busy"}:
+            if gate.verdict == "defer":
+                delay = defer_delay_ms(gate.until_ms, int(time.time() * 1000), self._rng)
+                reason = "circuit_open"
+            else:
+                delay, reason = self._busy_delay(_target_key(m)), "target_busy"
+            result = AttemptResult(m, "deferred", delay, None, code=reason)
             if self.metrics is not None:
-                self.metrics.deferred.inc()
+                self.metrics.deferred.labels(reason).inc()
         else:
             disabled = gate.verdict == "disabled"
             reason = f"endpoint disabled: {gate.reason}" if disabled else "endpoint deleted"
@@ -284,6 +303,17 @@ class Dispatcher:
                 self.metrics.attempts.labels(outcome, "none").inc()
         done = self._submit(result)
         done.add_done_callback(_log_record_failure)
+
+    def _busy_delay(self, target: str) -> int:
+        """How long a message to a busy target waits: the target's capacity is booked like a
+        schedule (one attempt per latency/limit), so a backlog for a slow receiver is spread
+        over the time it needs instead of being claimed and deferred over and over."""
+        now = time.monotonic() * 1000
+        limit = self.settings.webhook_concurrency_per_endpoint
+        step = max(BUSY_DEFER_MS, self._latency_ms.get(target, BUSY_DEFER_MS)) / limit
+        booked = max(self._booked.get(target, now), now) + step
+        self._booked[target] = booked
+        return min(int(booked - now) + self._rng.randint(0, int(step)), MAX_BUSY_DEFER_MS)
 
     async def _sample(self) -> None:
         assert self.metrics is not None
@@ -302,14 +332,23 @@ class Dispatcher:
         self.metrics.open_circuits.set(
             sum(until > now_ms for until in self._open_circuits.values())
         )
+        # Forget targets that are idle: their bookings are in the past.
+        now = time.monotonic() * 1000
+        for target, booked in list(self._booked.items()):
+            if booked < now and not self._busy.get(target):
+                del self._booked[target]
+                self._latency_ms.pop(target, None)
         # Forget circuits not heard of for an hour (deleted endpoints never report closing).
         for endpoint_id, until in list(self._open_circuits.items()):
             if until < now_ms - 3_600_000:
                 del self._open_circuits[endpoint_id]
 
-    def _finished(self, task: asyncio.Task[None]) -> None:
+    def _finished(self, target: str, task: asyncio.Task[None]) -> None:
         self._in_flight.discard(task)
         self._slots.release()
+        left = self._busy.pop(target, 1) - 1
+        if left > 0:
+            self._busy[target] = left
         if not task.cancelled() and task.exception() is not None:
             # The message stays claimed and becomes due again after the visibility timeout.
             log.error("webhook.attempt_crashed", error=repr(task.exception()))
@@ -352,6 +391,8 @@ class Dispatcher:
             # ValueError: a URL aiohttp cannot use (registered before a stricter check).
             decision = self._transient(m, f"{type(exc).__name__}: {exc}")
         latency_ms = round((time.perf_counter() - started) * 1000, 1)
+        target = _target_key(m)
+        self._latency_ms[target] = 0.8 * self._latency_ms.get(target, latency_ms) + 0.2 * latency_ms
         attempt = self._attempt_record(
             m, url, status, latency_ms, decision.outcome, decision.reason, snippet
         )
@@ -476,6 +517,13 @@ class Dispatcher:
             s.webhook_retry_cap_ms,
             self._rng,
         )
+
+
+def _target_key(m: Message) -> str:
+    """What per-target concurrency counts: the endpoint, or the host of a job's webhook_url."""
+    if m.endpoint_id:
+        return m.endpoint_id
+    return "url:" + (urlsplit(m.url).netloc or m.url)
 
 
 def _log_record_failure(done: asyncio.Future[Recorded]) -> None:

@@ -55,7 +55,9 @@ class DispatcherMetrics:
             ),
             deferred=Counter(
                 "splatq_webhook_deferred_total",
-                "Messages held back because their endpoint's circuit was open",
+                "Messages held back without an attempt: circuit_open, or target_busy (the "
+                "endpoint already had its share of attempts in flight)",
+                ["reason"],
                 registry=registry,
             ),
             circuit_transitions=Counter(

@@ -422,6 +422,7 @@ def test_configmap_sets_the_gateway_and_worker_settings() -> None:
         "SPLATQ_WEBHOOK_TIMEOUT_S",
         "SPLATQ_WEBHOOK_CONCURRENCY",
         "SPLATQ_WEBHOOK_CONCURRENCY_PER_HOST",
+        "SPLATQ_WEBHOOK_CONCURRENCY_PER_ENDPOINT",
         *WEBHOOK_ENDPOINT_SETTINGS,
     }
     assert not required - set(configmap_data()), sorted(required - set(configmap_data()))
@@ -509,6 +510,7 @@ def test_webhook_attempts_fit_in_the_drain() -> None:
     settings = configured_settings()
     assert settings.webhook_timeout_s < settings.shutdown_grace_s
     assert settings.webhook_concurrency_per_host <= settings.webhook_concurrency
+    assert settings.webhook_concurrency_per_endpoint <= settings.webhook_concurrency_per_host
 
 
 # -- Deployments -------------------------------------------------------------------------------

@@ -4,6 +4,7 @@ deletion, recover, and one Redis Cluster slot per script call."""
 
 from __future__ import annotations
 
+import asyncio
 import signal
 import subprocess
 import sys
@@ -13,6 +14,8 @@ from collections.abc import Callable
 import orjson
 import pytest
 import standardwebhooks
+from aiohttp import web
+from aiohttp.test_utils import TestServer
 from redis.asyncio import Redis
 
 from services.webhook_dispatcher.dispatcher import Dispatcher
@@ -188,7 +191,7 @@ async def test_the_circuit_opens_holds_back_and_a_probe_closes_it(
     metrics = dispatcher.metrics
     assert metrics is not None
     assert metrics.circuit_transitions.labels("open")._value.get() >= 1
-    assert metrics.deferred._value.get() >= 1
+    assert metrics.deferred.labels("circuit_open")._value.get() >= 1
     for job_id in job_ids:
         log = await WebhookStore(queue).deliveries(job_id)
         # Exactly one success per message, and no attempt numbers spent while held back.
@@ -527,3 +530,61 @@ async def test_dispatchers_killed_mid_run_lose_no_endpoint_message(
             if p.poll() is None:
                 p.kill()
                 p.wait(timeout=10)
+
+
+async def test_a_slow_endpoint_never_holds_the_slots_of_another_on_the_same_host(
+    queue: JobQueue,
+    settings: Settings,
+    start_worker: WorkerFactory,
+    start_dispatcher: Callable[[Settings], Dispatcher],
+) -> None:
+    """Two endpoints on one host (as on a shared webhook SaaS): the slow one has a backlog of
+    older messages, yet the fast one's arrive at once, and the slow one never has more than
+    its per-endpoint share of attempts in flight."""
+    in_flight = {"slow": 0, "max_slow": 0}
+    fast_seen: list[float] = []
+
+    async def slow(request: web.Request) -> web.Response:
+        await request.read()
+        in_flight["slow"] += 1
+        in_flight["max_slow"] = max(in_flight["max_slow"], in_flight["slow"])
+        try:
+            await asyncio.sleep(1.5)
+        finally:
+            in_flight["slow"] -= 1
+        return web.Response(status=204)
+
+    async def fast(request: web.Request) -> web.Response:
+        await request.read()
+        fast_seen.append(time.monotonic())
+        return web.Response(status=204)
+
+    app = web.Application()
+    app.router.add_post("/slow", slow)
+    app.router.add_post("/fast", fast)
+    server = TestServer(app, host="127.0.0.1")
+    await server.start_server()
+    try:
+        store = EndpointStore(queue)
+        await store.create("acme", str(server.make_url("/slow")), [COMPLETED])
+        await _completed_jobs(queue, start_worker, 12)  # the slow endpoint's older backlog
+        await store.create("acme", str(server.make_url("/fast")), [COMPLETED])
+        await _completed_jobs(queue, start_worker, 4)
+        started = time.monotonic()
+        start_dispatcher(
+            dispatcher_settings(
+                settings,
+                webhook_concurrency=6,
+                webhook_concurrency_per_endpoint=2,
+                webhook_concurrency_per_host=16,
+            )
+        )
+
+        async def fast_done() -> bool:
+            return len(fast_seen) >= 4
+
+        await wait_until(fast_done, timeout_s=20)
+        assert fast_seen[-1] - started < 1.4  # before even one slow answer could free a slot
+        assert in_flight["max_slow"] <= 2
+    finally:
+        await server.close()
