@@ -37,13 +37,13 @@ from bench.gateway_submit import (
 from shared.redis_server import RedisServer, free_port
 
 FLOOR_SERVER = """
-import asyncio, hashlib, itertools, os, sys
+import asyncio, hashlib, os, sys
 from pathlib import Path
 import orjson
 from aiohttp import web
 from shared.group_commit import GroupCommitWriter
 from shared.redis_client import connect
-from shared.storage import _write_if_absent
+from shared.files import write_if_absent
 
 mode, port, redis_url, root = sys.argv[1], int(sys.argv[2]), sys.argv[3], Path(sys.argv[4])
 redis = connect(redis_url)
@@ -65,7 +65,7 @@ async def submit(request: web.Request) -> web.Response:
     if mode == "parse+redis+file":
         await writer.put_if_absent(path, image)
     elif mode == "parse+redis+fsync":
-        await asyncio.to_thread(_write_if_absent, path, image)
+        await asyncio.to_thread(write_if_absent, path, image)
     return web.Response(status=202, body=BODY, content_type="application/json")
 
 async def ready(request: web.Request) -> web.Response:

@@ -26,9 +26,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from shared.files import temp_path, write_file
+
 MAX_BATCH = 256
 IDLE_EXIT_S = 30.0
-TEMP_MARKER = ".tmp-"
 
 
 def _load_syncfs() -> Callable[[int], int] | None:
@@ -64,7 +65,6 @@ class GroupCommitWriter:
         self._queue: queue.SimpleQueue[_Write | None] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
-        self._seq = 0
 
     async def put_if_absent(self, path: Path, data: bytes) -> bool:
         """Write `data` at `path` unless a file is there; True when this call wrote it.
@@ -150,22 +150,8 @@ class GroupCommitWriter:
         self._answer(batch)
 
     def _write_temp(self, path: Path, data: bytes) -> Path:
-        self._seq += 1
-        temp = path.with_name(f".{path.name}{TEMP_MARKER}{self._seq}-{os.getpid()}")
-        flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC
-        try:
-            fd = os.open(temp, flags, 0o644)
-        except FileNotFoundError:
-            temp.parent.mkdir(parents=True, exist_ok=True)
-            fd = os.open(temp, flags, 0o644)
-        try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view) :]
-            if self._syncfs is None:
-                os.fsync(fd)
-        finally:
-            os.close(fd)
+        temp = temp_path(path)
+        write_file(temp, data, fsync=self._syncfs is None)
         return temp
 
     def _flush(self, temps: list[Path]) -> None:

@@ -7,7 +7,6 @@ reader never sees a partial object. No job logic here; the S3 backend is `shared
 from __future__ import annotations
 
 import asyncio
-import itertools
 import os
 import secrets
 from dataclasses import dataclass
@@ -16,11 +15,11 @@ from typing import Protocol
 from urllib.parse import urlparse
 
 from shared.errors import PermanentError, TransientError
-from shared.group_commit import TEMP_MARKER, GroupCommitWriter
+from shared.files import TEMP_MARKER, write_file, write_if_absent
+from shared.group_commit import GroupCommitWriter
 
 __all__ = ["TEMP_MARKER", "LocalFileStorage", "ObjectNotFound", "Staged", "Storage",
            "StorageUnavailable", "open_storage", "validate_key"]  # fmt: skip
-_TEMP_SEQ = itertools.count()
 
 
 class ObjectNotFound(PermanentError):
@@ -110,7 +109,7 @@ class LocalFileStorage:
         path = self.path_of(key)
         temp = path.with_name(f".{path.name}{TEMP_MARKER}{secrets.token_hex(6)}")
         try:
-            await asyncio.to_thread(_write_synced, temp, data)
+            await asyncio.to_thread(write_file, temp, data)
         except OSError as exc:
             raise StorageUnavailable(f"writing {key!r}: {exc}") from exc
         return Staged(key, str(temp.relative_to(self.root)), len(data))
@@ -139,7 +138,7 @@ class LocalFileStorage:
         try:
             if self._writer is not None:
                 return await self._writer.put_if_absent(path, data)
-            return await asyncio.to_thread(_write_if_absent, path, data)
+            return await asyncio.to_thread(write_if_absent, path, data)
         except OSError as exc:
             raise StorageUnavailable(f"writing {key!r}: {exc}") from exc
 
@@ -155,34 +154,6 @@ class LocalFileStorage:
             return len(stale)
 
         return await asyncio.to_thread(sweep)
-
-
-def _write_if_absent(path: Path, data: bytes) -> bool:
-    """One file, fsynced, renamed into place unless present (no group commit)."""
-    if path.is_file():
-        return False
-    temp = path.with_name(f".{path.name}{TEMP_MARKER}{next(_TEMP_SEQ)}-{os.getpid()}")
-    _write_synced(temp, data)
-    os.replace(temp, path)
-    return True
-
-
-def _write_synced(path: Path, data: bytes) -> None:
-    # Directories are created only when missing: on the submission path every system call
-    # counts (see docs/benchmarks.md), and the directory usually exists.
-    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC
-    try:
-        fd = os.open(path, flags, 0o644)
-    except FileNotFoundError:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(path, flags, 0o644)
-    try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view) :]
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def open_storage(url: str, default_root: Path, *, s3_endpoint_url: str = "") -> Storage:

@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 
 from shared import group_commit
-from shared.group_commit import TEMP_MARKER, GroupCommitWriter
+from shared.files import TEMP_MARKER
+from shared.group_commit import GroupCommitWriter
 from shared.storage import LocalFileStorage
 from tests.conftest import REPO_ROOT, wait_until
 

@@ -7,6 +7,7 @@ import signal
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
 
@@ -37,32 +38,46 @@ def worker_env(redis_url: str, **overrides: str) -> dict[str, str]:
     return env
 
 
+class _Processes:
+    """`python -m services.cli ...` subprocesses of one test, each logging to its own file;
+    all SIGKILLed at teardown."""
+
+    def __init__(self, log_dir: Path) -> None:
+        self.log_dir = log_dir
+        self.procs: list[subprocess.Popen[bytes]] = []
+
+    def start(self, args: list[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
+        log = open(self.log_dir / f"{args[0]}-{len(self.procs)}.log", "wb")  # noqa: SIM115
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "services.cli", *args],
+            cwd=REPO_ROOT,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+        self.procs.append(proc)
+        return proc
+
+    def kill_all(self) -> None:
+        for proc in self.procs:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGKILL)
+                proc.wait(timeout=10)
+
+
 @pytest.fixture
 def spawn_worker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SpawnWorker]:
     """Start `python -m services.cli worker --handler tests.handlers:make`; all are killed after
     the test. Logs go to a file per process (shown on failure by the test's asserts)."""
-    procs: list[subprocess.Popen[bytes]] = []
-    log_dir = tmp_path_factory.mktemp("worker-logs")
+    procs = _Processes(tmp_path_factory.mktemp("worker-logs"))
 
     def spawn(
         redis_url: str, handler: str = "tests.handlers:make", **overrides: str
     ) -> subprocess.Popen[bytes]:
-        log = open(log_dir / f"worker-{len(procs)}.log", "wb")  # noqa: SIM115 - owned by proc
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "services.cli", "worker", "--handler", handler],
-            cwd=REPO_ROOT,
-            env=worker_env(redis_url, **overrides),
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
-        procs.append(proc)
-        return proc
+        return procs.start(["worker", "--handler", handler], worker_env(redis_url, **overrides))
 
     yield spawn
-    for proc in procs:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGKILL)
-            proc.wait(timeout=10)
+    procs.kill_all()
 
 
 SpawnService = Callable[..., subprocess.Popen[bytes]]
@@ -71,24 +86,11 @@ SpawnService = Callable[..., subprocess.Popen[bytes]]
 @pytest.fixture
 def spawn_service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SpawnService]:
     """Start `python -m services.cli <command>` with the test environment plus overrides;
-    every one is killed after the test. Logs go to a file per process."""
-    procs: list[subprocess.Popen[bytes]] = []
-    log_dir = tmp_path_factory.mktemp("service-logs")
+    every one is killed after the test."""
+    procs = _Processes(tmp_path_factory.mktemp("service-logs"))
 
     def spawn(command: str, redis_url: str, **overrides: str) -> subprocess.Popen[bytes]:
-        log = open(log_dir / f"{command}-{len(procs)}.log", "wb")  # noqa: SIM115 - owned by proc
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "services.cli", command],
-            cwd=REPO_ROOT,
-            env=worker_env(redis_url, **overrides),
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
-        procs.append(proc)
-        return proc
+        return procs.start([command], worker_env(redis_url, **overrides))
 
     yield spawn
-    for proc in procs:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGKILL)
-            proc.wait(timeout=10)
+    procs.kill_all()

@@ -19,6 +19,7 @@ from services.webhook_dispatcher.dispatcher import Dispatcher
 from services.webhook_dispatcher.metrics import DispatcherMetrics
 from shared.queue import JobQueue
 from shared.settings import Settings
+from tests.conftest import wait_until
 
 
 @dataclass
@@ -41,6 +42,14 @@ class Receiver:
         if delay:
             await asyncio.sleep(delay)
         return web.Response(status=status, headers=headers, text="ok")
+
+    async def wait_for_calls(self, n: int, timeout_s: float = 15.0) -> None:
+        """Until the receiver has been called at least `n` times."""
+
+        async def reached() -> bool:
+            return len(self.calls) >= n
+
+        await wait_until(reached, timeout_s=timeout_s)
 
 
 ReceiverFactory = Callable[..., Awaitable[Receiver]]

@@ -117,10 +117,7 @@ async def test_retry_after_is_honoured(
     await _completed_job(queue, start_worker, r.url)
     start_dispatcher(dispatcher_settings(settings, webhook_retry_cap_ms=5000))
 
-    async def two_calls() -> bool:
-        return len(r.calls) >= 2
-
-    await wait_until(two_calls, timeout_s=10)
+    await r.wait_for_calls(2, timeout_s=10)
     assert r.calls[1][0] - r.calls[0][0] >= 0.95
 
 

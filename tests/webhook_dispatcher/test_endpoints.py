@@ -119,10 +119,7 @@ async def test_after_a_rotation_old_and_new_secrets_both_verify(
     await _completed_jobs(queue, start_worker, 1)
     start_dispatcher(dispatcher_settings(settings))
 
-    async def delivered() -> bool:
-        return len(r.calls) == 1
-
-    await wait_until(delivered, timeout_s=15)
+    await r.wait_for_calls(1, timeout_s=15)
     _, headers, body = r.calls[0]
     assert len(headers["webhook-signature"].split(" ")) == 2
     for secret in (created.secret, rotated.secret):
@@ -134,10 +131,7 @@ async def test_after_a_rotation_old_and_new_secrets_both_verify(
     )
     await _completed_jobs(queue, start_worker, 1)
 
-    async def second() -> bool:
-        return len(r.calls) == 2
-
-    await wait_until(second, timeout_s=15)
+    await r.wait_for_calls(2, timeout_s=15)
     _, headers, body = r.calls[1]
     assert len(headers["webhook-signature"].split(" ")) == 1
     standardwebhooks.Webhook(rotated.secret).verify(body, headers)
@@ -353,10 +347,7 @@ async def test_every_webhook_script_call_stays_in_one_cluster_slot(
     await store.update("acme", ep.id, events=[COMPLETED])
     await _completed_jobs(queue, start_worker, 1)
 
-    async def delivered() -> bool:
-        return len(r.calls) == 2
-
-    await wait_until(delivered, timeout_s=15)
+    await r.wait_for_calls(2, timeout_s=15)
     await store.recover("acme", ep.id, 0)
     await store.delete("acme", ep.id)
     scripts = {name for name, _ in seen}
@@ -427,10 +418,7 @@ async def test_a_rotated_tenant_secret_signs_job_webhooks_twice(
     await wait_for_status(queue, job_id, {"completed"})
     start_dispatcher(dispatcher_settings(settings))
 
-    async def delivered() -> bool:
-        return len(r.calls) == 1
-
-    await wait_until(delivered, timeout_s=15)
+    await r.wait_for_calls(1, timeout_s=15)
     _, headers, body = r.calls[0]
     assert len(headers["webhook-signature"].split(" ")) == 2
     for secret in (old, new):
@@ -508,10 +496,7 @@ async def test_dispatchers_killed_mid_run_lose_no_endpoint_message(
         for calls_before_kill in (8, 20):
             victim = start()
 
-            async def enough(n: int = calls_before_kill) -> bool:
-                return len(r.calls) >= n
-
-            await wait_until(enough, timeout_s=30)
+            await r.wait_for_calls(calls_before_kill, timeout_s=30)
             victim.send_signal(signal.SIGKILL)
             victim.wait(timeout=10)
         start()
