@@ -122,11 +122,15 @@ class GroupCommitWriter:
 
     def _commit(self, batch: list[_Write]) -> None:
         pending = []
+        claimed: set[Path] = set()
         for w in batch:
             try:
-                if w.path.is_file():
+                # The same object twice in one batch (concurrent identical uploads): the first
+                # writes it, the others find it there, as they would one batch later.
+                if w.path in claimed or w.path.is_file():
                     w.result = False
                     continue
+                claimed.add(w.path)
                 w.temp = self._write_temp(w.path, w.data)
                 pending.append(w)
             except OSError as exc:

@@ -16,7 +16,7 @@ import pytest
 
 from shared import group_commit
 from shared.files import TEMP_MARKER
-from shared.group_commit import GroupCommitWriter
+from shared.group_commit import GroupCommitWriter, _Write
 from shared.storage import LocalFileStorage
 from tests.conftest import REPO_ROOT, wait_until
 
@@ -56,6 +56,17 @@ async def test_one_key_written_concurrently_is_written_once(tmp_path: Path) -> N
     )
     assert results.count(True) == 1
     assert (tmp_path / "inputs/ab/same.png").read_bytes() == b"x" * 1000
+
+
+async def test_one_key_twice_in_one_batch_is_written_once(tmp_path: Path) -> None:
+    """Two identical uploads in one batch: one True, one False (the gateway deletes an input
+    it wrote itself when the enqueue is refused, so only one may think it did)."""
+    writer = GroupCommitWriter(tmp_path)
+    loop = asyncio.get_running_loop()
+    batch = [_Write(tmp_path / "k", data, loop, loop.create_future()) for data in (b"1", b"2")]
+    writer._commit(batch)  # one batch, as the writer thread forms it
+    assert [await w.done for w in batch] == [True, False]
+    assert (tmp_path / "k").read_bytes() == b"1"
 
 
 async def test_a_failing_write_fails_alone(tmp_path: Path) -> None:
