@@ -97,12 +97,17 @@ async def start_worker(redis: Redis, settings: Settings) -> AsyncIterator[Worker
     for worker, _ in started:
         worker.stop()
     for _, task in started:
-        try:
-            await asyncio.wait_for(task, timeout=15)
-        except TimeoutError:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await finish_or_cancel(task)
+
+
+async def finish_or_cancel(task: asyncio.Task[None], timeout_s: float = 15.0) -> None:
+    """Wait for a stopped service's task to end; cancel it if it does not in time."""
+    try:
+        await asyncio.wait_for(task, timeout=timeout_s)
+    except TimeoutError:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
 
 
 async def wait_until(

@@ -41,6 +41,23 @@ _COMMON = {
 }
 
 
+def _secret_responses(description: str) -> dict[str, Any]:
+    """The answers of GET /v1/webhook-secret and POST /v1/webhook-secret/rotate."""
+    schema = {
+        "type": "object",
+        "required": ["secret", "previous_secret_expires_at"],
+        "properties": {
+            "secret": {"type": "string", "pattern": "^whsec_"},
+            "scheme": {"type": "string"},
+            "previous_secret_expires_at": {"type": ["string", "null"], "format": "date-time"},
+        },
+    }
+    return {
+        "200": {"description": description, "content": {"application/json": {"schema": schema}}},
+        "401": _problem("missing or unknown API key"),
+    }
+
+
 def openapi_document(server_url: str) -> dict[str, Any]:
     event_names = [e.value for e in EventType]
     params_props: dict[str, Any] = {
@@ -257,28 +274,7 @@ def openapi_document(server_url: str) -> dict[str, Any]:
                     "operationId": "webhookSecret",
                     "description": "The tenant's whsec_ signing secret for per-job "
                     "webhook_urls (Standard Webhooks).",
-                    "responses": {
-                        "200": {
-                            "description": "the secret",
-                            "content": {
-                                "application/json": {
-                                    "schema": {
-                                        "type": "object",
-                                        "required": ["secret"],
-                                        "properties": {
-                                            "secret": {"type": "string"},
-                                            "scheme": {"type": "string"},
-                                            "previous_secret_expires_at": {
-                                                "type": ["string", "null"],
-                                                "format": "date-time",
-                                            },
-                                        },
-                                    }
-                                }
-                            },
-                        },
-                        "401": _problem("missing or unknown API key"),
-                    },
+                    "responses": _secret_responses("the secret"),
                 }
             },
             "/v1/webhook-secret/rotate": {
@@ -286,28 +282,7 @@ def openapi_document(server_url: str) -> dict[str, Any]:
                     "operationId": "rotateWebhookSecret",
                     "description": "A new tenant secret; the old one keeps signing (a second "
                     "signature) for 24 h (SPLATQ_WEBHOOK_ROTATION_OVERLAP_S).",
-                    "responses": {
-                        "200": {
-                            "description": "the new secret",
-                            "content": {
-                                "application/json": {
-                                    "schema": {
-                                        "type": "object",
-                                        "required": ["secret", "previous_secret_expires_at"],
-                                        "properties": {
-                                            "secret": {"type": "string"},
-                                            "scheme": {"type": "string"},
-                                            "previous_secret_expires_at": {
-                                                "type": ["string", "null"],
-                                                "format": "date-time",
-                                            },
-                                        },
-                                    }
-                                }
-                            },
-                        },
-                        "401": _problem("missing or unknown API key"),
-                    },
+                    "responses": _secret_responses("the new secret"),
                 }
             },
             **_endpoint_paths(event_names),

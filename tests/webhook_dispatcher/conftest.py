@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
@@ -19,7 +18,7 @@ from services.webhook_dispatcher.dispatcher import Dispatcher
 from services.webhook_dispatcher.metrics import DispatcherMetrics
 from shared.queue import JobQueue
 from shared.settings import Settings
-from tests.conftest import wait_until
+from tests.conftest import finish_or_cancel, wait_until
 
 
 @dataclass
@@ -99,9 +98,4 @@ async def start_dispatcher(redis: Redis) -> AsyncIterator[Callable[[Settings], D
     for d, _ in running:
         d.stop()
     for _, t in running:
-        try:
-            await asyncio.wait_for(t, 15)
-        except TimeoutError:
-            t.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await t
+        await finish_or_cancel(t)
