@@ -87,6 +87,15 @@ class Settings:
     gateway_host: str = "0.0.0.0"
     max_upload_bytes: int = 20 * 1024 * 1024
     max_image_pixels: int = 40_000_000
+    # Pre-decode bounds on an upload (shared/image_headers.py), checked by the gateway and
+    # the worker: bytes one decoded image may take, scans of a progressive JPEG.
+    max_decode_bytes: int = 128 * 1024 * 1024
+    max_jpeg_scans: int = 32
+    # Uploads decoded at once per gateway process, and per tenant within that (past a
+    # bounded wait: 429 too_many_decodes for the tenant, 503 overloaded for the process).
+    decode_concurrency: int = 4
+    decode_concurrency_per_tenant: int = 2
+    decode_wait_s: float = 2.0
     # Admission control: per-tenant token bucket, and per-stream-partition backlog limits
     # beyond which submissions are refused (503) instead of queued forever.
     rate_limit_per_s: float = 20.0
@@ -226,6 +235,13 @@ class Settings:
             gateway_host=e.get("SPLATQ_GATEWAY_HOST", "").strip() or d.gateway_host,
             max_upload_bytes=_int(e, "SPLATQ_MAX_UPLOAD_BYTES", d.max_upload_bytes, 1024),
             max_image_pixels=_int(e, "SPLATQ_MAX_IMAGE_PIXELS", d.max_image_pixels, 1),
+            max_decode_bytes=_int(e, "SPLATQ_MAX_DECODE_BYTES", d.max_decode_bytes, 1024),
+            max_jpeg_scans=_int(e, "SPLATQ_MAX_JPEG_SCANS", d.max_jpeg_scans, 1),
+            decode_concurrency=_int(e, "SPLATQ_DECODE_CONCURRENCY", d.decode_concurrency, 1),
+            decode_concurrency_per_tenant=_int(
+                e, "SPLATQ_DECODE_CONCURRENCY_PER_TENANT", d.decode_concurrency_per_tenant, 1
+            ),
+            decode_wait_s=_float(e, "SPLATQ_DECODE_WAIT_S", d.decode_wait_s, 0.0, 60.0),
             rate_limit_per_s=_float(e, "SPLATQ_RATE_LIMIT_PER_S", d.rate_limit_per_s, 0.001, 1e6),
             rate_limit_burst=_int(e, "SPLATQ_RATE_LIMIT_BURST", d.rate_limit_burst, 1),
             max_backlog_interactive=_int(

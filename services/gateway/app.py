@@ -16,6 +16,7 @@ import structlog
 from aiohttp import web
 from prometheus_client import REGISTRY, CollectorRegistry
 
+from services.gateway.decode_slots import DecodeSlots
 from services.gateway.metrics import GatewayMetrics
 from services.gateway.problems import ApiError, problem_response
 from shared.ids import new_trace_id
@@ -32,6 +33,7 @@ QUEUE = web.AppKey("queue", JobQueue)
 STORAGE = web.AppKey("storage", Storage)
 METRICS = web.AppKey("metrics", GatewayMetrics)
 REGISTRY_KEY = web.AppKey("registry", CollectorRegistry)
+DECODE_SLOTS = web.AppKey("decode_slots", DecodeSlots)
 TRACE_ID = web.RequestKey("trace_id", str)
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -120,6 +122,9 @@ def create_app(
     app[SETTINGS] = settings
     app[METRICS] = GatewayMetrics.create(registry)
     app[REGISTRY_KEY] = registry
+    app[DECODE_SLOTS] = DecodeSlots(
+        settings.decode_concurrency, settings.decode_concurrency_per_tenant, settings.decode_wait_s
+    )
     app[STORAGE] = storage or open_storage(
         settings.storage_url, settings.storage_root, s3_endpoint_url=settings.s3_endpoint_url
     )
@@ -141,8 +146,13 @@ def create_app(
             await close()
 
     app.cleanup_ctx.append(redis_ctx)
+    app.on_cleanup.append(_close_decode_slots)
     routes.add_routes(app)
     return app
+
+
+async def _close_decode_slots(app: web.Application) -> None:
+    app[DECODE_SLOTS].close()
 
 
 async def _sample_queues(metrics: EngineMetrics, queue: JobQueue) -> None:

@@ -8,8 +8,8 @@ from __future__ import annotations
 import hashlib
 import io
 import struct
+import zlib
 from dataclasses import dataclass
-from typing import Literal
 
 from PIL import (
     Image,
@@ -19,16 +19,45 @@ from PIL import (
     WebPImagePlugin,  # noqa: F401
 )
 
-RejectionCode = Literal["invalid_image", "image_too_large", "unsupported_media_type"]
+from shared.image_headers import (
+    DEFAULT_MAX_DECODE_BYTES,
+    DEFAULT_MAX_JPEG_SCANS,
+    DEFAULT_MAX_PIXELS,
+    DEFAULT_MAX_SIDE,
+    IMAGE_TOO_COMPLEX,
+    IMAGE_TOO_LARGE,
+    INVALID_IMAGE,
+    JPEG,
+    UNSUPPORTED_MEDIA_TYPE,
+    DecodeLimits,
+    HeaderCode,
+    HeaderRejected,
+    ImageHeader,
+    check_limits,
+    png_chunks,
+    read_header,
+    sniff,
+)
 
-INVALID_IMAGE: RejectionCode = "invalid_image"
-IMAGE_TOO_LARGE: RejectionCode = "image_too_large"
-UNSUPPORTED_MEDIA_TYPE: RejectionCode = "unsupported_media_type"
+RejectionCode = HeaderCode
 
-_STATUS: dict[str, int] = {INVALID_IMAGE: 422, IMAGE_TOO_LARGE: 422, UNSUPPORTED_MEDIA_TYPE: 415}
+_STATUS: dict[str, int] = {
+    INVALID_IMAGE: 422,
+    IMAGE_TOO_LARGE: 422,
+    IMAGE_TOO_COMPLEX: 422,
+    UNSUPPORTED_MEDIA_TYPE: 415,
+}
 
-DEFAULT_MAX_PIXELS = 40_000_000
-DEFAULT_MAX_SIDE = 16_384
+__all__ = [
+    "DEFAULT_MAX_DECODE_BYTES",
+    "DEFAULT_MAX_JPEG_SCANS",
+    "DEFAULT_MAX_PIXELS",
+    "DEFAULT_MAX_SIDE",
+    "ImageRejected",
+    "ValidatedImage",
+    "sniff_format",
+    "validate_image",
+]
 
 
 class ImageRejected(Exception):
@@ -62,20 +91,6 @@ class ValidatedImage:
     sha256: str  # hex digest of the exact bytes received
 
 
-@dataclass(frozen=True)
-class _Format:
-    name: str  # for messages
-    mime: str
-    extension: str
-    pillow: tuple[str, ...]  # Pillow format names a file with this magic may decode as
-
-
-_PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
-_PNG = _Format("PNG", "image/png", "png", ("PNG",))
-# A multi-picture JPEG (phone cameras' MPF, APP2) is still a baseline JPEG; Pillow calls it MPO.
-_JPEG = _Format("JPEG", "image/jpeg", "jpg", ("JPEG", "MPO"))
-_WEBP = _Format("WebP", "image/webp", "webp", ("WEBP",))
-
 # Recognised only to say in the 415 what was sent; none of these is ever decoded.
 _UNSUPPORTED_MAGIC: tuple[tuple[bytes, str], ...] = (
     (b"GIF87a", "GIF"),
@@ -99,24 +114,11 @@ _ISO_BMFF_BRANDS: dict[bytes, str] = {
     b"avif": "AVIF",
     b"avis": "AVIF",
 }
-# JPEG start-of-frame markers carry the size; C4 (DHT), C8 (JPG) and CC (DAC) are not frames.
-_JPEG_SOF = frozenset(range(0xC0, 0xD0)) - {0xC4, 0xC8, 0xCC}
-_JPEG_STANDALONE = frozenset({0x01, *range(0xD0, 0xD8)})  # TEM, RSTn: no length field
-
-
-def _sniff(data: bytes) -> _Format | None:
-    if data.startswith(_PNG_MAGIC):
-        return _PNG
-    if data.startswith(b"\xff\xd8\xff"):
-        return _JPEG
-    if data.startswith(b"RIFF") and data[8:12] == b"WEBP":
-        return _WEBP
-    return None
 
 
 def sniff_format(data: bytes) -> tuple[str, str] | None:
     """(mime, extension) when the magic bytes are PNG, JPEG or WebP; None otherwise."""
-    fmt = _sniff(data)
+    fmt = sniff(data)
     return None if fmt is None else (fmt.mime, fmt.extension)
 
 
@@ -130,66 +132,6 @@ def _describe_unsupported(data: bytes) -> str:
     return f"{what} not accepted; send a PNG, JPEG or WebP image"
 
 
-def _png_header_size(data: bytes) -> tuple[int, int] | None:
-    # The first chunk must be IHDR: length 13, then width and height as big-endian uint32.
-    if len(data) < 24 or data[8:16] != b"\x00\x00\x00\x0dIHDR":
-        return None
-    width, height = struct.unpack_from(">II", data, 16)
-    return int(width), int(height)
-
-
-def _jpeg_header_size(data: bytes) -> tuple[int, int] | None:
-    # Walk the marker segments up to the first start-of-frame; each step advances, so it ends.
-    i = 2
-    while i + 4 <= len(data):
-        if data[i] != 0xFF:
-            return None
-        marker = data[i + 1]
-        if marker == 0xFF:  # fill byte
-            i += 1
-            continue
-        if marker in _JPEG_STANDALONE:
-            i += 2
-            continue
-        if marker in (0xD8, 0xD9, 0xDA):  # SOI again, EOI or scan data before any frame
-            return None
-        length = int.from_bytes(data[i + 2 : i + 4], "big")
-        if length < 2:
-            return None
-        if marker in _JPEG_SOF:
-            if i + 9 > len(data):
-                return None
-            height, width = struct.unpack_from(">HH", data, i + 5)
-            return int(width), int(height)
-        i += 2 + length
-    return None
-
-
-def _webp_header_size(data: bytes) -> tuple[int, int] | None:
-    # Pillow's WebP decoder allocates the whole canvas while *opening*, so this check must come
-    # first. Same fields as libwebp: VP8 (lossy) 14-bit sizes, VP8L 14-bit, VP8X 24-bit canvas.
-    chunk = data[12:16]
-    if chunk == b"VP8 " and len(data) >= 30 and data[23:26] == b"\x9d\x01\x2a":
-        width, height = struct.unpack_from("<HH", data, 26)
-        return width & 0x3FFF, height & 0x3FFF
-    if chunk == b"VP8L" and len(data) >= 25 and data[20] == 0x2F:
-        bits = int.from_bytes(data[21:25], "little")
-        return (bits & 0x3FFF) + 1, ((bits >> 14) & 0x3FFF) + 1
-    if chunk == b"VP8X" and len(data) >= 30:
-        return int.from_bytes(data[24:27], "little") + 1, int.from_bytes(data[27:30], "little") + 1
-    return None
-
-
-def _header_size(data: bytes, fmt: _Format) -> tuple[int, int] | None:
-    """The size the file declares, read without Pillow; None when the header is not readable
-    (Pillow then gets to refuse the file itself)."""
-    if fmt is _PNG:
-        return _png_header_size(data)
-    if fmt is _JPEG:
-        return _jpeg_header_size(data)
-    return _webp_header_size(data)
-
-
 def _pixel_limit(max_pixels: int) -> int:
     # Pillow's own limit (MAX_IMAGE_PIXELS warns, twice that raises) still applies when it is
     # the stricter one; it is only read here, never changed.
@@ -197,33 +139,113 @@ def _pixel_limit(max_pixels: int) -> int:
     return max_pixels if pillow_limit is None else min(max_pixels, pillow_limit)
 
 
-def _check_size(fmt: _Format, size: tuple[int, int], limit: int, max_side: int) -> None:
-    width, height = size
-    if width <= 0 or height <= 0:
-        raise ImageRejected(INVALID_IMAGE, f"the {fmt.name} image is {width}x{height} pixels")
-    if width > max_side or height > max_side:
+# Adam7: (x start, y start, x step, y step) of the seven passes of an interlaced PNG.
+_ADAM7: tuple[tuple[int, int, int, int], ...] = (
+    (0, 0, 8, 8), (4, 0, 8, 8), (0, 4, 4, 8), (2, 0, 4, 4),
+    (0, 2, 2, 4), (1, 0, 2, 2), (0, 1, 1, 2),
+)  # fmt: skip
+_PNG_CHANNELS = {0: 1, 2: 3, 3: 1, 4: 2, 6: 4}
+_INFLATE_STEP = 1 << 20
+
+
+def _png_raw_length(data: bytes) -> int:
+    """Bytes the IHDR says the inflated IDAT stream holds: a filter byte per row, then the
+    packed samples, for the whole image or for each of the seven Adam7 passes."""
+    width, height, depth, colour, _, _, interlace = struct.unpack_from(">IIBBBBB", data, 16)
+    bits = depth * _PNG_CHANNELS[colour]
+
+    def rows(w: int, h: int) -> int:
+        return 0 if w <= 0 or h <= 0 else h * (1 + (w * bits + 7) // 8)
+
+    if not interlace:
+        return rows(width, height)
+    return sum(
+        rows((width - x + dx - 1) // dx, (height - y + dy - 1) // dy) for x, y, dx, dy in _ADAM7
+    )
+
+
+def _check_png_data_length(data: bytes) -> None:
+    """invalid_image when the pixel data holds fewer bytes than the header's size needs:
+    Pillow fills the missing rows with zeros and calls the file whole. Inflates in 1 MiB
+    steps, so memory stays flat whatever the size; corrupt streams are left to Pillow."""
+    expected = _png_raw_length(data)
+    inflater = zlib.decompressobj()
+    produced = 0
+    try:
+        for kind, start, end in png_chunks(data):
+            if kind != b"IDAT":
+                continue
+            pending = data[start:end]
+            while pending and produced <= expected:
+                produced += len(inflater.decompress(pending, _INFLATE_STEP))
+                pending = inflater.unconsumed_tail
+            if produced > expected or inflater.eof:
+                break
+    except zlib.error:
+        return
+    if produced < expected:
         raise ImageRejected(
-            IMAGE_TOO_LARGE,
-            f"the image is {width}x{height} pixels; each side may be at most {max_side}",
+            INVALID_IMAGE,
+            f"the PNG's pixel data holds {produced} bytes; its header declares "
+            f"{struct.unpack_from('>I', data, 16)[0]}x{struct.unpack_from('>I', data, 20)[0]} "
+            f"pixels ({expected} bytes)",
         )
-    if width * height > limit:
-        raise ImageRejected(
-            IMAGE_TOO_LARGE,
-            f"the image is {width}x{height} = {width * height} pixels; at most {limit} allowed",
-        )
+
+
+def _read_header(data: bytes, limits: DecodeLimits) -> ImageHeader:
+    """The pre-decode gate: magic, header, structure limits, size and memory limits."""
+    try:
+        header = read_header(data, limits.max_jpeg_scans)
+        check_limits(header, limits)
+    except HeaderRejected as exc:
+        detail = _describe_unsupported(data) if exc.code == UNSUPPORTED_MEDIA_TYPE else exc.detail
+        raise ImageRejected(exc.code, detail) from None
+    return header
+
+
+def _decode_completely(data: bytes, header: ImageHeader, limit: int) -> bool:
+    """Decode every pixel (JPEG at 1/8 scale: the entropy-coded data is still read whole, so
+    truncation shows); True when the image has alpha."""
+    fmt = header.format
+    # `formats` keeps every other Pillow plugin away from these bytes.
+    with Image.open(io.BytesIO(data), formats=list(fmt.pillow)) as image:
+        if image.format not in fmt.pillow:
+            raise ImageRejected(
+                INVALID_IMAGE,
+                f"the file starts like {fmt.name} but decodes as {image.format or 'unknown'}",
+            )
+        if image.size != (header.width, header.height):
+            raise ImageRejected(
+                INVALID_IMAGE,
+                f"the {fmt.name} header says {header.width}x{header.height}, "
+                f"the decoder {image.width}x{image.height}",
+            )
+        if image.width * image.height > limit:  # Pillow's own limit, when it is stricter
+            raise ImageRejected(IMAGE_TOO_LARGE, f"the image exceeds the pixel limit of {limit}")
+        if fmt is JPEG:
+            scale = header.decode_scale
+            image.draft(image.mode, (max(1, image.width // scale), max(1, image.height // scale)))
+        image.load()
+        return bool(image.has_transparency_data)
 
 
 def validate_image(
-    data: bytes, max_pixels: int = DEFAULT_MAX_PIXELS, max_side: int = DEFAULT_MAX_SIDE
+    data: bytes,
+    max_pixels: int = DEFAULT_MAX_PIXELS,
+    max_side: int = DEFAULT_MAX_SIDE,
+    max_decode_bytes: int = DEFAULT_MAX_DECODE_BYTES,
+    max_jpeg_scans: int = DEFAULT_MAX_JPEG_SCANS,
 ) -> ValidatedImage:
-    """Accept a PNG, JPEG or WebP that decodes completely within the size limits, or raise
+    """Accept a PNG, JPEG or WebP that decodes completely within the limits, or raise
     ImageRejected (and nothing else, whatever the bytes). Synchronous and CPU-bound: the
-    gateway runs it in a thread.
+    gateway runs it in a thread, under `decode_slots`.
 
-    The format comes from the magic bytes only; the declared size is checked before Pillow
-    opens the file, again after, and only then is every pixel decoded, so truncation shows.
-    Raises RuntimeError (a deployment bug, not a client error) if something in the process
-    has set Pillow's LOAD_TRUNCATED_IMAGES, because truncated uploads would then pass.
+    The format comes from the magic bytes only. Before any decoder runs, the structure is
+    walked (`shared.image_headers`): the declared size against the pixel, side and memory
+    limits, the JPEG scan count against `max_jpeg_scans`, a PNG's pixel data against its
+    declared size. Only then is every pixel decoded, so truncation shows. Raises
+    RuntimeError (a deployment bug, not a client error) if something in the process has set
+    Pillow's LOAD_TRUNCATED_IMAGES, because truncated uploads would then pass.
     """
     if ImageFile.LOAD_TRUNCATED_IMAGES:
         raise RuntimeError(
@@ -232,28 +254,14 @@ def validate_image(
         )
     if not data:
         raise ImageRejected(INVALID_IMAGE, "the upload is empty")
-    fmt = _sniff(data)
-    if fmt is None:
-        raise ImageRejected(UNSUPPORTED_MEDIA_TYPE, _describe_unsupported(data))
-
     limit = _pixel_limit(max_pixels)
-    declared = _header_size(data, fmt)
-    if declared is not None:
-        _check_size(fmt, declared, limit, max_side)
-
+    header = _read_header(data, DecodeLimits(limit, max_side, max_decode_bytes, max_jpeg_scans))
+    fmt = header.format
+    if fmt.mime == "image/png":
+        _check_png_data_length(data)
     broken = f"the {fmt.name} image cannot be decoded: it is truncated or corrupt"
     try:
-        # `formats` keeps every other Pillow plugin away from these bytes.
-        with Image.open(io.BytesIO(data), formats=list(fmt.pillow)) as image:
-            if image.format not in fmt.pillow:
-                raise ImageRejected(
-                    INVALID_IMAGE,
-                    f"the file starts like {fmt.name} but decodes as {image.format or 'unknown'}",
-                )
-            _check_size(fmt, image.size, limit, max_side)
-            image.load()
-            width, height = image.size
-            has_alpha = image.has_transparency_data
+        has_alpha = _decode_completely(data, header, limit)
     except ImageRejected:
         raise
     except (Image.DecompressionBombError, Image.DecompressionBombWarning) as exc:
@@ -270,8 +278,8 @@ def validate_image(
     return ValidatedImage(
         mime=fmt.mime,
         extension=fmt.extension,
-        width=width,
-        height=height,
+        width=header.width,
+        height=header.height,
         has_alpha=has_alpha,
         sha256=hashlib.sha256(data).hexdigest(),
     )

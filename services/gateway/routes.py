@@ -7,6 +7,7 @@ Handlers translate HTTP to engine calls and back; policy lives in `shared/` and 
 from __future__ import annotations
 
 import asyncio
+import functools
 import hashlib
 import math
 import re
@@ -17,7 +18,15 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from redis.exceptions import RedisError
 
-from services.gateway.app import METRICS, QUEUE, REGISTRY_KEY, SETTINGS, STORAGE, TRACE_ID
+from services.gateway.app import (
+    DECODE_SLOTS,
+    METRICS,
+    QUEUE,
+    REGISTRY_KEY,
+    SETTINGS,
+    STORAGE,
+    TRACE_ID,
+)
 from services.gateway.auth import authenticate
 from services.gateway.endpoints import add_endpoint_routes
 from services.gateway.images import ImageRejected, ValidatedImage, validate_image
@@ -110,7 +119,13 @@ async def submit_job(request: web.Request) -> web.Response:
         request, settings.max_upload_bytes, settings.webhook_allow_private
     )
     try:
-        image = await asyncio.to_thread(validate_image, submission.image, settings.max_image_pixels)
+        validate = functools.partial(
+            validate_image,
+            max_pixels=settings.max_image_pixels,
+            max_decode_bytes=settings.max_decode_bytes,
+            max_jpeg_scans=settings.max_jpeg_scans,
+        )
+        image = await request.app[DECODE_SLOTS].run(tenant, validate, submission.image)
     except ImageRejected as exc:
         counter.labels(exc.code).inc()
         raise ApiError(exc.status, exc.code, exc.detail) from None

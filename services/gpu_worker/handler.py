@@ -32,6 +32,7 @@ from services.gpu_worker.oom import (
     release_device_memory,
 )
 from shared.errors import PermanentError, SplatqError
+from shared.image_headers import DecodeLimits
 from shared.jobs import JobOutcome
 from shared.settings import Settings
 from shared.storage import ARTIFACT_FILES, Storage, artifact_prefix, open_storage
@@ -82,6 +83,7 @@ class GpuJobHandler:
         self.metrics = metrics
         self.device = device or select_device(settings.device)
         self.budget = MemoryBudget(settings.device_memory_budget_pixels)
+        self.decode_limits = DecodeLimits.from_settings(settings)
         self.forward_passes = 0
         self.batchers: dict[str, DynamicBatcher[_Item, Gaussians]] = {
             q: DynamicBatcher(
@@ -131,7 +133,7 @@ class GpuJobHandler:
         if not ctx.job.input_ref:
             raise InputMissing("the job has no input image")
         data = await self.storage.get_bytes(ctx.job.input_ref)
-        image = await ctx.run_blocking(decode_image, data, resolution)
+        image = await ctx.run_blocking(decode_image, data, resolution, self.decode_limits)
         await ctx.progress(0.15, "inference")
         gaussians = await self.batchers[quality].submit(
             _Item(image, quality, time.monotonic()), cost=resolution * resolution

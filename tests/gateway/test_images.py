@@ -15,6 +15,7 @@ Decisions pinned here:
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import io
 import pickle
@@ -34,6 +35,8 @@ from PIL import Image, ImageFile
 
 from services.gateway import images
 from services.gateway.images import ImageRejected, ValidatedImage, sniff_format, validate_image
+from shared.image_headers import sniff
+from tests import hostile_inputs as hostile
 from tests.gateway import corpus
 
 Factory = Callable[[], bytes]
@@ -167,7 +170,7 @@ class TestPillowsOwnBombChecks:
 
     @pytest.fixture(autouse=True)
     def _no_header_precheck(self, monkeypatch: pytest.MonkeyPatch) -> None:
-        monkeypatch.setattr(images, "_header_size", lambda data, fmt: None)
+        monkeypatch.setattr(images, "check_limits", lambda header, limits: None)
 
     def test_decompression_bomb_error(self) -> None:
         """Over twice MAX_IMAGE_PIXELS Pillow's open raises DecompressionBombError."""
@@ -398,3 +401,133 @@ def test_concurrent_threads_get_the_same_answers() -> None:
     with ThreadPoolExecutor(max_workers=8) as pool:
         for _ in range(5):
             assert list(pool.map(answer, inputs)) == expected
+
+
+# -- hostile inputs (tests/hostile_inputs.py): bounded before any decoder runs -------------
+
+
+def cpu_seconds(fn: Callable[[], object]) -> float:
+    """Process CPU time (user + system, every thread) that fn() costs, whatever it returns."""
+    started = time.process_time()
+    with contextlib.suppress(ImageRejected):
+        fn()
+    return time.process_time() - started
+
+
+def test_jpeg_scan_bomb_is_refused_before_decoding() -> None:
+    """A 150 kB progressive JPEG with its last scan repeated 1000 times is image_too_complex,
+    in milliseconds of CPU and without Pillow allocating an image (today: ~10 s, accepted)."""
+    data = hostile.jpeg_scan_bomb(1000)
+    assert hostile.jpeg_scan_count(data) == 1010
+    before = pillow_images_created()
+    assert cpu_seconds(lambda: validate_image(data)) < 0.05
+    exc = reject(data)
+    assert (exc.code, exc.status) == ("image_too_complex", 422)
+    assert "32 scans" in exc.detail
+    assert pillow_images_created() == before
+
+
+def test_the_scan_limit_is_exact_and_an_argument() -> None:
+    """32 scans pass by default and 33 do not; max_jpeg_scans moves the line."""
+    at_limit, over = hostile.jpeg_scan_bomb(22), hostile.jpeg_scan_bomb(23)
+    assert (hostile.jpeg_scan_count(at_limit), hostile.jpeg_scan_count(over)) == (32, 33)
+    assert validate_image(at_limit).width == 4000
+    assert reject(over).code == "image_too_complex"
+    assert validate_image(over, max_jpeg_scans=33).width == 4000
+    assert reject(hostile.progressive_jpeg(), max_jpeg_scans=9).code == "image_too_complex"
+
+
+def test_a_standard_progressive_jpeg_is_accepted_at_its_stored_size() -> None:
+    """libjpeg's ten-scan progression passes; decoding at 1/8 scale still reports 4000x4000."""
+    result = validate_image(hostile.progressive_jpeg())
+    assert (result.mime, result.width, result.height) == ("image/jpeg", 4000, 4000)
+
+
+def test_scan_limit_work_is_bounded() -> None:
+    """At the scan limit a 16-megapixel progressive JPEG costs well under a second of CPU."""
+    assert cpu_seconds(lambda: validate_image(hostile.jpeg_scan_bomb(22))) < 1.0
+
+
+def test_png_pixel_flood_is_refused_on_its_decoded_bytes() -> None:
+    """A 150 kB 6324x6324 RGBA PNG (under the pixel limit) is image_too_large on the memory
+    bound, before Pillow allocates its 153 MiB; as 8-bit grey (38 MiB) it passes."""
+    data = hostile.png_flood(6324)
+    before = pillow_images_created()
+    exc = reject(data)
+    assert (exc.code, exc.status) == ("image_too_large", 422)
+    assert "decodes to 159971904 bytes" in exc.detail
+    assert pillow_images_created() == before
+    assert validate_image(hostile.png_flood(6324, colour_type=0)).width == 6324
+    assert reject(data, max_decode_bytes=6324 * 6324 * 4 - 1).code == "image_too_large"
+    assert validate_image(data, max_decode_bytes=6324 * 6324 * 4).height == 6324
+
+
+@pytest.mark.parametrize(
+    ("factory", "code"),
+    [
+        pytest.param(hostile.png_header_flood, "image_too_large", id="png_header_flood"),
+        pytest.param(hostile.jpeg_header_flood, "image_too_large", id="jpeg_header_flood"),
+        pytest.param(hostile.png_size_disagrees_with_data, "invalid_image", id="png_short_data"),
+        *(
+            pytest.param(lambda d=d: d, "invalid_image", id=name)
+            for name, d in hostile.truncated_headers().items()
+        ),
+        *(
+            pytest.param(
+                lambda d=d: d,
+                "unsupported_media_type" if sniff(d) is None else "invalid_image",
+                id=name,
+            )
+            for name, d in hostile.wrong_magic().items()
+        ),
+    ],
+)
+def test_hostile_headers_get_their_code_without_a_decoder(factory: Factory, code: str) -> None:
+    """Floods, cut headers and wrong magic are refused from the structure: no Pillow image."""
+    data = factory()
+    before = pillow_images_created()
+    assert reject(data).code == code
+    assert pillow_images_created() == before
+
+
+def test_png_whose_data_is_shorter_than_its_header_is_invalid() -> None:
+    """Pillow zero-fills the missing rows and calls such a PNG whole; the gateway does not."""
+    exc = reject(hostile.png_size_disagrees_with_data(64))
+    assert exc.code == "invalid_image"
+    assert "64x128" in exc.detail
+
+
+def _interlaced_png(width: int, height: int) -> bytes:
+    """A valid Adam7-interlaced 8-bit grey PNG (Pillow cannot write one), all zeros."""
+    raw = b""
+    for x, y, dx, dy in images._ADAM7:
+        w, h = (width - x + dx - 1) // dx, (height - y + dy - 1) // dy
+        raw += bytes(h * (1 + w)) if w and h else b""
+    ihdr = struct.pack(">IIBBBBB", width, height, 8, 0, 0, 0, 1)
+    chunks = corpus.png_chunk(b"IHDR", ihdr) + corpus.png_chunk(b"IDAT", zlib.compress(raw))
+    return corpus.PNG_SIGNATURE + chunks + corpus.png_chunk(b"IEND", b"")
+
+
+@pytest.mark.parametrize(("width", "height"), [(13, 7), (1, 1), (3, 50), (64, 48)])
+def test_interlaced_pngs_are_not_mistaken_for_short_data(width: int, height: int) -> None:
+    """The raw-length check counts the seven Adam7 passes: interlaced PNGs pass, and one row
+    short is refused."""
+    data = _interlaced_png(width, height)
+    assert validate_image(data).width == width
+    ihdr = struct.pack(">IIBBBBB", width, height + 1, 8, 0, 0, 0, 1)
+    idat_at = data.index(b"IDAT") - 4
+    taller = corpus.PNG_SIGNATURE + corpus.png_chunk(b"IHDR", ihdr) + data[idat_at:]
+    assert reject(taller).code == "invalid_image"
+
+
+def test_segment_and_chunk_spam_is_image_too_complex() -> None:
+    """Thousands of tiny JPEG COM segments or PNG tEXt chunks (each one a Python step in
+    Pillow) are refused past the structure limits, cheaply."""
+    jpeg = hostile.small_jpeg()
+    spam_jpeg = jpeg[:2] + b"\xff\xfe\x00\x03x" * 100_000 + jpeg[2:]
+    png = hostile.small_png()
+    idat_at = png.index(b"IDAT") - 4
+    spam_png = png[:idat_at] + corpus.png_chunk(b"tEXt", b"a\x00b") * 100_000 + png[idat_at:]
+    for data in (spam_jpeg, spam_png):
+        assert cpu_seconds(functools.partial(validate_image, data)) < 0.5
+        assert reject(data).code == "image_too_complex"
