@@ -144,6 +144,9 @@ class Settings:
     # as a coarser net, connections per receiver host (several endpoints may share a host).
     webhook_concurrency_per_endpoint: int = 4
     webhook_concurrency_per_host: int = 16
+    # The most of a dispatcher's delivery slots one tenant may hold (the rest stay free for
+    # other tenants); while several tenants have attempts in flight, each gets an even share.
+    webhook_tenant_share: float = 0.5
     # Webhook endpoints: per-tenant limit, secret rotation overlap, recover bound.
     webhook_max_endpoints: int = 50
     webhook_rotation_overlap_s: int = 24 * 3600
@@ -284,6 +287,9 @@ class Settings:
             ),
             webhook_concurrency_per_host=_int(
                 e, "SPLATQ_WEBHOOK_CONCURRENCY_PER_HOST", d.webhook_concurrency_per_host, 1
+            ),
+            webhook_tenant_share=_float(
+                e, "SPLATQ_WEBHOOK_TENANT_SHARE", d.webhook_tenant_share, 0.01, 1.0
             ),
             webhook_max_endpoints=_int(
                 e, "SPLATQ_WEBHOOK_MAX_ENDPOINTS", d.webhook_max_endpoints, 1

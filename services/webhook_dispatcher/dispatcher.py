@@ -29,6 +29,7 @@ from services.webhook_dispatcher.policy import (
     endpoint_wants,
     retry_or_fail,
     should_deliver,
+    tenant_limit,
 )
 from shared.ids import is_job_id
 from shared.queue import JobQueue
@@ -74,8 +75,11 @@ class Dispatcher:
         )
         self._open_circuits: dict[str, int] = {}  # endpoint id -> open until (ms), as seen here
         self._busy: dict[str, int] = {}  # target -> attempts in flight
-        self._latency_ms: dict[str, float] = {}  # target -> recent attempt latency (EWMA)
-        self._booked: dict[str, float] = {}  # target -> its capacity is booked until (ms)
+        self._tenant_busy: dict[str, int] = {}  # "tenant:<name>" -> attempts in flight
+        # Keyed by target or "tenant:<name>": recent attempt latency (EWMA), and until when
+        # its capacity is booked (ms).
+        self._latency_ms: dict[str, float] = {}
+        self._booked: dict[str, float] = {}
 
     def stop(self) -> None:
         self._stopping.set()
@@ -216,37 +220,74 @@ class Dispatcher:
         self, http: aiohttp.ClientSession, partition: int, now_ms: int, visibility_ms: int
     ) -> int:
         """Claim at most as many due messages as there are free delivery slots (a claimed
-        message's visibility timeout runs from the claim, so none waits for a slot), gate
-        them, and start their attempts. Returns the number claimed."""
+        message's visibility timeout runs from the claim, so none waits for a slot), defer
+        those whose target or tenant has its share in flight, gate the rest, and start their
+        attempts. Returns the number claimed."""
         free = await self._reserve_slots(CLAIM_BATCH)
+        admitted: list[Message] = []
         try:
             ids = await self.store.due(partition, now_ms, free)
             claimed = await self.store.claim(partition, ids, visibility_ms) if ids else []
-            gates = await self._gates(claimed)
+            # Shares before the breaker's gate: a message that waits anyway costs no gate
+            # call and takes no half-open probe.
+            for message in claimed:
+                busy = self._share_used_up(message)
+                if busy:
+                    self._hold_back(message, Gate(busy))
+                else:
+                    self._count(message, 1)
+                    admitted.append(message)
+            gates = await self._gates(admitted)
         except BaseException:
+            for message in admitted:
+                self._count(message, -1)
             for _ in range(free):
                 self._slots.release()
             raise
-        for message in claimed:
+        for message in admitted:
             gate = gates.get(message.id)
             if gate is not None and gate.verdict not in {"send", "probe"}:
+                self._count(message, -1)
                 self._hold_back(message, gate)
                 continue
-            target = _target_key(message)
-            if self._busy.get(target, 0) >= self.settings.webhook_concurrency_per_endpoint:
-                # Its target already has its share of attempts in flight (a slow receiver):
-                # wait a moment without spending an attempt or a slot, so it never holds
-                # slots that other targets could use.
-                self._hold_back(message, Gate("busy"))
-                continue
             free -= 1  # the attempt's task releases it
-            self._busy[target] = self._busy.get(target, 0) + 1
             task = asyncio.create_task(self._deliver(http, message, gate))
             self._in_flight.add(task)
-            task.add_done_callback(functools.partial(self._finished, target))
+            task.add_done_callback(functools.partial(self._finished, message))
         for _ in range(free):
             self._slots.release()
         return len(claimed)
+
+    def _share_used_up(self, m: Message) -> str:
+        """'busy' when the message's target already has its share of attempts in flight (a
+        slow receiver), 'tenant_busy' when its tenant has (slow receivers, one level up),
+        else ''. Such a message waits a moment without spending an attempt or a slot, so it
+        never holds slots that other targets or tenants could use."""
+        if self._busy.get(_target_key(m), 0) >= self.settings.webhook_concurrency_per_endpoint:
+            return "busy"
+        tenant = _tenant_key(m)
+        if self._tenant_busy.get(tenant, 0) >= self._tenant_limit(tenant):
+            return "tenant_busy"
+        return ""
+
+    def _count(self, m: Message, change: int) -> None:
+        """Count an attempt in (+1) or out (-1) of its target's and its tenant's shares."""
+        for counts, key in ((self._busy, _target_key(m)), (self._tenant_busy, _tenant_key(m))):
+            left = counts.pop(key, 0) + change
+            if left > 0:
+                counts[key] = left
+
+    def _tenant_limit(self, tenant: str) -> int:
+        """How many attempts `tenant` may have in flight now (counting it among the tenants
+        with attempts in flight). A tenant whose attempts are quicker than a deferral is not
+        limited: its slots turn over sooner than a deferred message would come back, so it
+        holds none for long (and a single fast tenant keeps every slot). One not yet
+        measured counts as slow."""
+        s = self.settings
+        if self._latency_ms.get(tenant, BUSY_DEFER_MS) < BUSY_DEFER_MS:
+            return s.webhook_concurrency
+        active = len(self._tenant_busy) + (tenant not in self._tenant_busy)
+        return tenant_limit(s.webhook_concurrency, s.webhook_tenant_share, active)
 
     async def _reserve_slots(self, most: int) -> int:
         """Wait for one free delivery slot, then take every other free one (up to `most`)."""
@@ -279,15 +320,20 @@ class Dispatcher:
         return gates
 
     def _hold_back(self, m: Message, gate: Gate) -> None:
-        """A message not sent now: its endpoint's circuit is open or its target is busy
-        (deferred, the attempt is given back), the endpoint is disabled (dead-lettered,
-        `recover` sends it later) or deleted (dropped)."""
-        if gate.verdict in {"defer", "busy"}:
+        """A message not sent now: its endpoint's circuit is open, or its target or its
+        tenant has its share of attempts in flight (deferred, the attempt is given back); its
+        endpoint is disabled (dead-lettered, `recover` sends it later) or deleted (dropped)."""
+        if gate.verdict in {"defer", "busy", "tenant_busy"}:
             if gate.verdict == "defer":
                 delay = defer_delay_ms(gate.until_ms, int(time.time() * 1000), self._rng)
                 reason = "circuit_open"
+            elif gate.verdict == "busy":
+                limit = self.settings.webhook_concurrency_per_endpoint
+                delay, reason = self._busy_delay(_target_key(m), limit), "target_busy"
             else:
-                delay, reason = self._busy_delay(_target_key(m)), "target_busy"
+                tenant = _tenant_key(m)
+                delay = self._busy_delay(tenant, self._tenant_limit(tenant))
+                reason = "tenant_busy"
             result = AttemptResult(m, "deferred", delay, None, code=reason)
             if self.metrics is not None:
                 self.metrics.deferred.labels(reason).inc()
@@ -304,15 +350,15 @@ class Dispatcher:
         done = self._submit(result)
         done.add_done_callback(_log_record_failure)
 
-    def _busy_delay(self, target: str) -> int:
-        """How long a message to a busy target waits: the target's capacity is booked like a
-        schedule (one attempt per latency/limit), so a backlog for a slow receiver is spread
-        over the time it needs instead of being claimed and deferred over and over."""
+    def _busy_delay(self, key: str, limit: int) -> int:
+        """How long a message to a busy target (or of a busy tenant) waits: its capacity is
+        booked like a schedule (one attempt per latency/limit), so a backlog for a slow
+        receiver is spread over the time it needs instead of being claimed and deferred over
+        and over."""
         now = time.monotonic() * 1000
-        limit = self.settings.webhook_concurrency_per_endpoint
-        step = max(BUSY_DEFER_MS, self._latency_ms.get(target, BUSY_DEFER_MS)) / limit
-        booked = max(self._booked.get(target, now), now) + step
-        self._booked[target] = booked
+        step = max(BUSY_DEFER_MS, self._latency_ms.get(key, BUSY_DEFER_MS)) / limit
+        booked = max(self._booked.get(key, now), now) + step
+        self._booked[key] = booked
         return min(int(booked - now) + self._rng.randint(0, int(step)), MAX_BUSY_DEFER_MS)
 
     async def _sample(self) -> None:
@@ -332,23 +378,21 @@ class Dispatcher:
         self.metrics.open_circuits.set(
             sum(until > now_ms for until in self._open_circuits.values())
         )
-        # Forget targets that are idle: their bookings are in the past.
+        # Forget targets and tenants that are idle: their bookings are in the past.
         now = time.monotonic() * 1000
-        for target, booked in list(self._booked.items()):
-            if booked < now and not self._busy.get(target):
-                del self._booked[target]
-                self._latency_ms.pop(target, None)
+        for key, booked in list(self._booked.items()):
+            if booked < now and key not in self._busy and key not in self._tenant_busy:
+                del self._booked[key]
+                self._latency_ms.pop(key, None)
         # Forget circuits not heard of for an hour (deleted endpoints never report closing).
         for endpoint_id, until in list(self._open_circuits.items()):
             if until < now_ms - 3_600_000:
                 del self._open_circuits[endpoint_id]
 
-    def _finished(self, target: str, task: asyncio.Task[None]) -> None:
+    def _finished(self, m: Message, task: asyncio.Task[None]) -> None:
         self._in_flight.discard(task)
         self._slots.release()
-        left = self._busy.pop(target, 1) - 1
-        if left > 0:
-            self._busy[target] = left
+        self._count(m, -1)
         if not task.cancelled() and task.exception() is not None:
             # The message stays claimed and becomes due again after the visibility timeout.
             log.error("webhook.attempt_crashed", error=repr(task.exception()))
@@ -391,8 +435,8 @@ class Dispatcher:
             # ValueError: a URL aiohttp cannot use (registered before a stricter check).
             decision = self._transient(m, f"{type(exc).__name__}: {exc}")
         latency_ms = round((time.perf_counter() - started) * 1000, 1)
-        target = _target_key(m)
-        self._latency_ms[target] = 0.8 * self._latency_ms.get(target, latency_ms) + 0.2 * latency_ms
+        for key in (_target_key(m), _tenant_key(m)):
+            self._latency_ms[key] = 0.8 * self._latency_ms.get(key, latency_ms) + 0.2 * latency_ms
         attempt = self._attempt_record(
             m, url, status, latency_ms, decision.outcome, decision.reason, snippet
         )
@@ -524,6 +568,11 @@ def _target_key(m: Message) -> str:
     if m.endpoint_id:
         return m.endpoint_id
     return "url:" + (urlsplit(m.url).netloc or m.url)
+
+
+def _tenant_key(m: Message) -> str:
+    """What per-tenant shares count (kept apart from target keys in the shared tables)."""
+    return "tenant:" + m.tenant
 
 
 def _log_record_failure(done: asyncio.Future[Recorded]) -> None:

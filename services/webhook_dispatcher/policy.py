@@ -29,6 +29,15 @@ def defer_delay_ms(until_ms: int, now_ms: int, rng: random.Random, spread_ms: in
     return max(0, until_ms - now_ms) + rng.randint(0, spread_ms)
 
 
+def tenant_limit(slots: int, share: float, tenants_in_flight: int) -> int:
+    """The most attempts one tenant may have in flight: its share of the dispatcher's slots
+    (the rest stay free, so another tenant's first message never waits for a slot), and no
+    more than an even split while several tenants have attempts in flight. At least one."""
+    cap = int(slots * share)
+    even = slots // max(1, tenants_in_flight)
+    return max(1, min(cap, even))
+
+
 @dataclass(frozen=True, slots=True)
 class Decision:
     outcome: str  # delivered | retry | failed

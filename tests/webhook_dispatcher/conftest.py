@@ -19,6 +19,7 @@ from services.webhook_dispatcher.metrics import DispatcherMetrics
 from shared.queue import JobQueue
 from shared.settings import Settings
 from tests.conftest import finish_or_cancel, wait_until
+from tests.system.conftest import spawn_service  # noqa: F401 - dispatcher processes
 
 
 @dataclass
@@ -52,6 +53,30 @@ class Receiver:
 
 
 ReceiverFactory = Callable[..., Awaitable[Receiver]]
+
+
+@dataclass
+class TimedReceiver:
+    """An aiohttp handler answering 204 after `delay_s`, recording when each request arrived
+    and was answered, and the most requests it had in flight at once."""
+
+    delay_s: float = 0.0
+    arrived: list[float] = field(default_factory=list)
+    answered: list[float] = field(default_factory=list)
+    in_flight: int = 0
+    most_in_flight: int = 0
+
+    async def handle(self, request: web.Request) -> web.Response:
+        await request.read()
+        self.arrived.append(time.monotonic())
+        self.in_flight += 1
+        self.most_in_flight = max(self.most_in_flight, self.in_flight)
+        try:
+            await asyncio.sleep(self.delay_s)
+        finally:
+            self.in_flight -= 1
+            self.answered.append(time.monotonic())
+        return web.Response(status=204)
 
 
 @pytest.fixture

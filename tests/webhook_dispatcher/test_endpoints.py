@@ -4,7 +4,6 @@ deletion, recover, and one Redis Cluster slot per script call."""
 
 from __future__ import annotations
 
-import asyncio
 import signal
 import subprocess
 import sys
@@ -27,7 +26,12 @@ from shared.webhook_endpoints import Endpoint, EndpointStore
 from shared.webhook_store import AttemptResult, WebhookStore
 from tests.conftest import REPO_ROOT, WorkerFactory, wait_for_status, wait_until
 from tests.system.conftest import worker_env
-from tests.webhook_dispatcher.conftest import Receiver, ReceiverFactory, dispatcher_settings
+from tests.webhook_dispatcher.conftest import (
+    Receiver,
+    ReceiverFactory,
+    TimedReceiver,
+    dispatcher_settings,
+)
 
 COMPLETED = "3d_reconstruction.completed"
 QUEUED = "3d_reconstruction.queued"
@@ -527,29 +531,10 @@ async def test_a_slow_endpoint_never_holds_the_slots_of_another_on_the_same_host
     one answering in 1.5 s: the fast one's messages arrive before the first slow answer, and
     the slow one never has more than its per-endpoint share of attempts in flight. (With
     only a per-host limit, the slow backlog holds the host's connections and this fails.)"""
-    in_flight = {"slow": 0, "max_slow": 0}
-    fast_seen: list[float] = []
-    slow_done: list[float] = []
-
-    async def slow(request: web.Request) -> web.Response:
-        await request.read()
-        in_flight["slow"] += 1
-        in_flight["max_slow"] = max(in_flight["max_slow"], in_flight["slow"])
-        try:
-            await asyncio.sleep(1.5)
-        finally:
-            in_flight["slow"] -= 1
-            slow_done.append(time.monotonic())
-        return web.Response(status=204)
-
-    async def fast(request: web.Request) -> web.Response:
-        await request.read()
-        fast_seen.append(time.monotonic())
-        return web.Response(status=204)
-
+    slow, fast = TimedReceiver(1.5), TimedReceiver()
     app = web.Application()
-    app.router.add_post("/slow", slow)
-    app.router.add_post("/fast", fast)
+    app.router.add_post("/slow", slow.handle)
+    app.router.add_post("/fast", fast.handle)
     server = TestServer(app, host="127.0.0.1")
     await server.start_server()
     try:
@@ -567,11 +552,11 @@ async def test_a_slow_endpoint_never_holds_the_slots_of_another_on_the_same_host
         )
 
         async def fast_done() -> bool:
-            return len(fast_seen) >= 16
+            return len(fast.arrived) >= 16
 
         await wait_until(fast_done, timeout_s=20)
         # All 16 served before even one slow answer came back to free a slot.
-        assert not slow_done or max(fast_seen) < min(slow_done)
-        assert in_flight["max_slow"] <= 2
+        assert not slow.answered or max(fast.arrived) < min(slow.answered)
+        assert slow.most_in_flight <= 2
     finally:
         await server.close()
