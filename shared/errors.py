@@ -13,6 +13,8 @@ UNEXPECTED_ERROR = "UNEXPECTED_ERROR"
 REDIS_UNAVAILABLE = "REDIS_UNAVAILABLE"
 TIMEOUT = "TIMEOUT"
 CORRUPT_JOB_RECORD = "CORRUPT_JOB_RECORD"
+# A handler returned an outcome that cannot be stored (a None or non-string field value).
+INVALID_OUTCOME = "INVALID_OUTCOME"
 
 
 class SplatqError(Exception):

@@ -176,6 +176,40 @@ class JobOutcome:
     model: str = ""
     extra_fields: Mapping[str, str] = field(default_factory=dict)
 
+    def problem(self) -> str | None:
+        """Why this outcome cannot be committed, or None. Checked at the worker's edge so a
+        bad outcome fails its own job instead of the commit batch it would travel in (handlers
+        are user code: the annotations are promises, not facts)."""
+        mappings: tuple[tuple[str, object], ...] = (
+            ("artifacts", self.artifacts),
+            ("extra_fields", self.extra_fields),
+        )
+        for kind, mapping in mappings:
+            if not isinstance(mapping, Mapping):
+                return f"{kind} is {type(mapping).__name__}, not a mapping"
+            for name, value in mapping.items():
+                if not isinstance(name, str) or not isinstance(value, str):
+                    return (
+                        f"{kind}[{name!r}] is {type(value).__name__}; names and values must be"
+                        " strings"
+                    )
+                if kind == "extra_fields" and name in RESERVED_FIELDS:
+                    return f"extra_fields may not set the engine's own field {name!r}"
+        compute: object = self.compute_time_ms
+        if compute is not None and (not isinstance(compute, int) or isinstance(compute, bool)):
+            return f"compute_time_ms is {type(compute).__name__}, not int"
+        model: object = self.model
+        if not isinstance(model, str):
+            return f"model is {type(model).__name__}, not str"
+        return None
+
+
+# Job hash fields only the engine's scripts write: a handler's extra fields may not touch them.
+RESERVED_FIELDS = frozenset({
+    "id", "status", "attempts", "deliveries", "entry_id", "claim_key", "lease_token",
+    "tenant", "worker", "stream", "cancel_requested", "v",
+})  # fmt: skip
+
 
 def pairs_to_dict(flat: list[str]) -> dict[str, str]:
     """Redis flat `[k1, v1, k2, v2]` replies (HGETALL inside Lua) to a dict."""

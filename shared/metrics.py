@@ -30,6 +30,7 @@ class EngineMetrics:
     reclaims: Counter
     dead_letters: Counter
     lease_renewal_failures: Counter
+    error_replies: Counter
     retries: Counter
     jobs: Counter
     job_duration: Histogram
@@ -112,6 +113,12 @@ class EngineMetrics:
                 "splatq_lease_renewal_failures_total",
                 "Lease renewals that failed",
                 ["reason"],
+                registry=registry,
+            ),
+            error_replies=Counter(
+                "splatq_redis_error_replies_total",
+                "Error replies (OOM, READONLY, script errors) a worker survived, by where",
+                ["where", "kind"],
                 registry=registry,
             ),
             retries=Counter(

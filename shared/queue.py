@@ -10,7 +10,7 @@ import random
 import secrets
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from redis.asyncio import Redis
@@ -21,13 +21,16 @@ from shared.events import EventType
 from shared.ids import is_job_id, new_event_id, new_job_id, new_trace_id, partition_of
 from shared.jobs import JOB_FORMAT_VERSION, JobRecord, JobSpec, pairs_to_dict
 from shared.keys import STREAMS, KeySchema, StreamName
-from shared.scripts import Arg, Script, ScriptCall, ScriptRunner
+from shared.redis_client import is_transient_reply
+from shared.scripts import Arg, Script, ScriptCall, ScriptRunner, new_request_id
 from shared.settings import Settings
 
 # Parking consumer for released entries: they stay pending (keeping their place) until a
 # reaper pass hands them to a worker with free slots.
 PARKING_CONSUMER = "splatq-parking"
 JOB_RETENTION_MS = 7 * 24 * 3600 * 1000
+# renew_many's answer for a lease whose renewal got an error reply (neither kept nor lost).
+RENEW_UNKNOWN = -1
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,7 +65,7 @@ class ClaimResult:
 class StartResult:
     """Outcome of start.lua: `started` carries the job; the others say why not."""
 
-    outcome: str  # started | unknown | skip | stale | busy
+    outcome: str  # started | corrupt | dead_lettered | error | unknown | skip | stale | busy
     job: JobRecord | None = None
     detail: str = ""
 
@@ -73,7 +76,7 @@ class Taken:
     for the caller to validate and dead-letter), or skip/stale/busy."""
 
     entry: StreamEntry
-    outcome: str  # started | corrupt | raw | skip | stale | busy
+    outcome: str  # started | corrupt | raw | dead_lettered | skip | stale | busy
     job: JobRecord | None = None
     token: str = ""
     detail: str = ""
@@ -95,6 +98,8 @@ class Finish:
     claim_status: str = ""
     handoff: bool = False
     fields: Mapping[str, str] | None = None
+    # Fixed when the outcome is decided: every resend of this commit is the same call.
+    request_id: str = field(default_factory=new_request_id)
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,7 +155,7 @@ class JobQueue:
         self.redis = redis
         self.settings = settings
         self.keys = KeySchema(partitions=settings.partitions)
-        self.scripts = ScriptRunner(redis)
+        self.scripts = ScriptRunner(redis, settings.script_replay_ttl_ms)
         self.group = settings.consumer_group
         self._claim_ttl_ms = settings.idempotency_ttl_s * 1000
 
@@ -211,11 +216,17 @@ class JobQueue:
             return EnqueueResult(job_id=reply[1], created=False, claim_status=reply[2])
         if outcome == "overloaded":
             return EnqueueResult(job_id="", created=False, overloaded=True, backlog=int(reply[1]))
-        raise RuntimeError(f"job id collision for {job_id}")
+        # 'exists': the id is fresh and ours, so only our own first execution can have made
+        # it -- a resend past the replay memo. Answer what that execution did.
+        job = await self.get(job_id)
+        if job is None:
+            raise RuntimeError(f"enqueue of {job_id} answered 'exists' but the job is gone")
+        return EnqueueResult(job_id=job_id, created=True, job=job)
 
     async def claim(self, logical_key: str, job_id: str) -> ClaimResult:
         """Claim a logical key for `job_id` (one winner among concurrent claimers)."""
-        partition = partition_of(job_id)
+        # The key's own partition, as enqueue and claim_status use (not the job id's).
+        partition = self.keys.partition_for(logical_key)
         key = self.keys.idempotency(partition, self.keys.digest(logical_key))
         reply = await self.scripts.run(
             ScriptCall(Script.CLAIM, [key], [job_id, self._claim_ttl_ms])
@@ -283,7 +294,11 @@ class JobQueue:
         return [claim] if claim.startswith(self.keys.tag(entry.partition) + ":idem:") else []
 
     async def start_many(
-        self, entries: Sequence[StreamEntry], tokens: Sequence[str], consumer: str
+        self,
+        entries: Sequence[StreamEntry],
+        tokens: Sequence[str],
+        consumer: str,
+        resend_for_s: float = 0.0,
     ) -> list[StartResult]:
         """Take the leases and move the jobs to processing (one round trip for all)."""
         calls = []
@@ -309,12 +324,17 @@ class JobQueue:
                         self.settings.events_maxlen,
                         EventType.STARTED.value,
                         self._claim_ttl_ms,
+                        EventType.FAILED.value,
                     ],
                 )
             )
         results: list[StartResult] = []
-        for reply in await self.scripts.run_many(calls):
-            _raise_on_error(reply)
+        for reply in await self.scripts.run_many(calls, resend_for_s):
+            if isinstance(reply, Exception):
+                # An error reply (OOM, READONLY, a script error) concerns this entry alone:
+                # it stays pending and the reaper offers it again later.
+                results.append(StartResult("error", detail=f"{type(reply).__name__}: {reply}"))
+                continue
             outcome = str(reply[0])
             if outcome == "started":
                 job, problem = _parse_job(reply[1:])
@@ -329,6 +349,7 @@ class JobQueue:
         own: Mapping[StreamName, int],
         idle: int,
         consumer: str,
+        resend_for_s: float = 0.0,
     ) -> list[Taken]:
         """Read and start up to the free slots' worth of new entries in one round trip."""
         nonce = f"{secrets.token_hex(8)}:"
@@ -354,8 +375,10 @@ class JobQueue:
                     self.keys.tag(partition),
                     new_event_id(),
                     JOB_FORMAT_VERSION,
+                    EventType.FAILED.value,
                 ],
-            )
+            ),
+            resend_for_s,
         )
         _raise_on_error(reply)
         taken: list[Taken] = []
@@ -378,6 +401,10 @@ class JobQueue:
                 taken.append(
                     Taken(StreamEntry(partition, stream, entry_id, pairs_to_dict(payload)), outcome)
                 )
+            elif outcome == "dead_lettered":
+                taken.append(
+                    Taken(StreamEntry(partition, stream, entry_id, {}), outcome, detail=payload[0])
+                )
             else:
                 taken.append(Taken(StreamEntry(partition, stream, entry_id, {}), outcome))
         return taken
@@ -385,7 +412,8 @@ class JobQueue:
     async def renew_many(
         self, leases: Sequence[tuple[str, StreamName, str, str]], consumer: str
     ) -> list[int]:
-        """Renew (job_id, stream, entry_id, token) leases: 0 lost, 1 ok, 2 cancel requested."""
+        """Renew (job_id, stream, entry_id, token) leases: 0 lost, 1 ok, 2 cancel requested,
+        -1 unknown (an error reply for that lease alone: it is tried again next tick)."""
         calls = [
             ScriptCall(
                 Script.RENEW,
@@ -399,9 +427,7 @@ class JobQueue:
             for job_id, stream, entry_id, token in leases
         ]
         replies = await self.scripts.run_many(calls)
-        for reply in replies:
-            _raise_on_error(reply)
-        return [int(r) for r in replies]
+        return [RENEW_UNKNOWN if isinstance(r, Exception) else int(r) for r in replies]
 
     async def report_progress(
         self, job_id: str, token: str, progress: float, stage: str, emit: bool
@@ -427,7 +453,9 @@ class JobQueue:
         return int(reply)
 
     async def finish_many(self, requests: Sequence[Finish]) -> list[tuple[str, str]]:
-        """Commit many exits from processing in one round trip; (outcome, status) each."""
+        """Commit many exits from processing in one round trip; (outcome, status) each, or
+        ('transient', why) for an error reply worth resending (OOM, READONLY) and ('error',
+        why) for one that is not."""
         calls = []
         for f in requests:
             partition = partition_of(f.job_id)
@@ -462,11 +490,11 @@ class JobQueue:
             ]
             for name, value in (f.fields or {}).items():
                 args.extend((name, value))
-            calls.append(ScriptCall(Script.FINISH, keys, args))
+            calls.append(ScriptCall(Script.FINISH, keys, args, f.request_id))
         out = []
         for reply in await self.scripts.run_many(calls):
             if isinstance(reply, Exception):  # one bad call must not fail its batch-mates
-                out.append(("error", str(reply)))
+                out.append(("transient" if is_transient_reply(reply) else "error", str(reply)))
             else:
                 out.append((str(reply[0]), str(reply[1]) if len(reply) > 1 else ""))
         return out
@@ -573,8 +601,10 @@ class JobQueue:
             )
         out = []
         for reply in await self.scripts.run_many(calls):
-            _raise_on_error(reply)
-            out.append((str(reply[0]), str(reply[1]) if len(reply) > 1 else ""))
+            if isinstance(reply, Exception):  # this entry alone; it stays pending
+                out.append(("error", f"{type(reply).__name__}: {reply}"))
+            else:
+                out.append((str(reply[0]), str(reply[1]) if len(reply) > 1 else ""))
         return out
 
     async def record_lost_entries(self, partition: int, count: int) -> None:
@@ -603,8 +633,8 @@ class JobQueue:
             )
         promoted = 0
         for reply in await self.scripts.run_many(calls):
-            _raise_on_error(reply)
-            promoted += reply[0] == "promoted"
+            # An error reply leaves that member due; the next pass tries it again.
+            promoted += not isinstance(reply, Exception) and reply[0] == "promoted"
         return promoted
 
     async def take_tokens(

@@ -8,6 +8,7 @@ not run jobs: it hands the entries it took to the worker that called it.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import structlog
@@ -34,6 +35,8 @@ class Reaper:
     consumer: str
     interval_s: float
     metrics: EngineMetrics | None = None
+    # The calling worker's own running entries: left alone (its heartbeat keeps them).
+    running_here: Callable[[StreamEntry], bool] = lambda _entry: False
     _sweeps: dict[tuple[int, StreamName], _Sweep] = field(default_factory=dict)
 
     def is_due(self, partition: int, stream: StreamName) -> bool:
@@ -67,7 +70,14 @@ class Reaper:
         valid: list[StreamEntry] = []
         for entry in claimed:
             problem = entry_problem(entry.fields, entry.partition)
-            if problem is None:
+            if problem is None and self.running_here(entry):
+                log.info(
+                    "entry.still_running_here",
+                    job_id=entry.fields["job"],
+                    stream=entry.stream.value,
+                    entry_id=entry.entry_id,
+                )
+            elif problem is None:
                 valid.append(entry)
             else:
                 await self.dead_letter_entry(entry, *problem)

@@ -12,10 +12,49 @@ from redis.asyncio import BlockingConnectionPool, Connection, Redis
 from redis.asyncio.cluster import RedisCluster
 from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialBackoff
+from redis.exceptions import (
+    BusyLoadingError,
+    ClusterDownError,
+    MasterDownError,
+    OutOfMemoryError,
+    ReadOnlyError,
+    ResponseError,
+    TryAgainError,
+)
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 CLUSTER_SCHEME = "redis+cluster://"
+
+# Error replies that say 'not now', not 'never': out of memory (maxmemory with noeviction), a
+# replica during failover, a server loading its data, a cluster in motion, a busy script.
+# redis-py maps most to classes and strips the code; a script's error keeps it in the text.
+_TRANSIENT_CLASSES = (
+    OutOfMemoryError,
+    ReadOnlyError,
+    BusyLoadingError,
+    MasterDownError,
+    ClusterDownError,
+    TryAgainError,
+)
+_TRANSIENT_PREFIXES = ("OOM", "READONLY", "LOADING", "MASTERDOWN", "CLUSTERDOWN", "TRYAGAIN",
+                       "BUSY", "NOREPLICAS")  # fmt: skip
+
+
+def is_transient_reply(exc: BaseException) -> bool:
+    """An error reply worth trying again later (the command did not run)."""
+    if isinstance(exc, _TRANSIENT_CLASSES):
+        return True
+    return isinstance(exc, ResponseError) and str(exc).lstrip().startswith(_TRANSIENT_PREFIXES)
+
+
+def error_reply_kind(exc: BaseException) -> str:
+    """A bounded metric label for an error reply."""
+    for cls, label in ((OutOfMemoryError, "oom"), (ReadOnlyError, "readonly"),
+                       (BusyLoadingError, "loading")):  # fmt: skip
+        if isinstance(exc, cls):
+            return label
+    return "transient" if is_transient_reply(exc) else "other"
 
 
 class HiredisPackedConnection(Connection):

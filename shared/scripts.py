@@ -1,26 +1,41 @@
 """Loads the Lua scripts in `shared/lua/`, prefixed with the generated transition table.
 
 Runs them by SHA with one reload-and-retry when Redis answers NOSCRIPT (after a restart the
-script cache is empty); it must not hold any business logic itself.
+script cache is empty), and makes every script that writes safe to resend: it must not hold
+any business logic itself.
+
+Why resends happen: a reply lost after Redis ran the script (a cut connection, a timeout)
+makes redis-py's retry -- or a caller's own retry loop -- send the same EVALSHA again. Each
+such script is wrapped in a *replay memo*: the first execution stores its reply under a
+request id chosen once per logical call (`ScriptCall.request_id`), in the same hash slot as
+the script's first key, and a resend with that id gets the stored reply back instead of
+running twice. The memo lives `replay_ttl_ms`; a resend later than that runs the script
+again, which each script's own compare-and-set checks keep harmless.
 """
 
 from __future__ import annotations
 
 import asyncio
 import hashlib
+import secrets
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 from importlib import resources
 from typing import Any
 
 from redis.asyncio import Redis
 from redis.asyncio.cluster import RedisCluster
+from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import NoScriptError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from shared.keys import replay_key
 from shared.states import lua_transition_table
 
 Arg = str | int | float | bytes
+ARG_TYPES = (str, int, float, bytes)
+DEFAULT_REPLAY_TTL_MS = 60_000
 
 
 class Script(StrEnum):
@@ -50,6 +65,38 @@ class Script(StrEnum):
     WH_EP_GATE = "wh_ep_gate"
     WH_EP_HEALTH = "wh_ep_health"
 
+    @property
+    def replay_safe(self) -> bool:
+        """True when running the script twice has the same effect and reply as once (pure
+        compare-and-set or read-only): those skip the replay memo's extra GET and SET."""
+        return self in _REPLAY_SAFE
+
+
+# Scripts a second run of which changes nothing and answers the same. Everything else is
+# memoized: a resend must answer what the first execution did.
+_REPLAY_SAFE = frozenset({Script.RENEW, Script.PRUNE_CONSUMERS, Script.WH_EP_GATE})
+
+# The memo wrapper: the request's memo key is the last KEYS entry and its TTL the last ARGV
+# entry; both are removed before the body runs, so bodies see exactly their own arguments.
+_MEMO_HEAD = """
+local __memo_key = KEYS[#KEYS]
+KEYS[#KEYS] = nil
+local __memo_ttl = ARGV[#ARGV]
+ARGV[#ARGV] = nil
+local __prior = redis.call('GET', __memo_key)
+if __prior then return cjson.decode(__prior) end
+local __reply = (function()
+"""
+_MEMO_TAIL = """
+end)()
+redis.call('SET', __memo_key, cjson.encode(__reply), 'PX', __memo_ttl)
+return __reply
+"""
+
+
+def new_request_id() -> str:
+    return secrets.token_hex(8)
+
 
 def _source(name: str) -> str:
     return (resources.files("shared") / "lua" / f"{name}.lua").read_text()
@@ -62,16 +109,30 @@ class ScriptCall:
     script: Script
     keys: Sequence[str]
     args: Sequence[Arg]
+    # One id per logical call, kept across every resend of it (see the module docstring).
+    request_id: str = field(default_factory=new_request_id)
+
+    def problem(self) -> TypeError | None:
+        """Why this call cannot be sent (an argument Redis cannot encode), or None. Checked
+        before packing, so one bad call fails alone instead of failing its whole pipeline."""
+        for i, a in enumerate(self.args):
+            if not isinstance(a, ARG_TYPES) or isinstance(a, bool):
+                return TypeError(
+                    f"{self.script.value}: argument {i + 1} is {type(a).__name__}, not str/int/"
+                    "float/bytes"
+                )
+        return None
 
 
 class ScriptRunner:
     """Runs scripts singly or many per round trip (a pipeline of EVALSHA)."""
 
-    def __init__(self, redis: Redis) -> None:
+    def __init__(self, redis: Redis, replay_ttl_ms: int = DEFAULT_REPLAY_TTL_MS) -> None:
         preamble = lua_transition_table() + _source("_preamble")
         self._redis = redis
         self._cluster = isinstance(redis, RedisCluster)
-        self._bodies = {s: preamble + "\n" + _source(s.value) for s in Script}
+        self._replay_ttl_ms = replay_ttl_ms
+        self._bodies = {s: preamble + "\n" + _wrap(s, _source(s.value)) for s in Script}
         self._shas = {s: hashlib.sha1(b.encode()).hexdigest() for s, b in self._bodies.items()}
 
     async def load(self) -> None:
@@ -81,14 +142,34 @@ class ScriptRunner:
         for body in self._bodies.values():
             await self._redis.script_load(body)
 
-    async def run(self, call: ScriptCall) -> Any:
-        return (await self.run_many([call]))[0]
+    async def run(self, call: ScriptCall, resend_for_s: float = 0.0) -> Any:
+        return (await self.run_many([call], resend_for_s))[0]
 
-    async def run_many(self, calls: Sequence[ScriptCall]) -> list[Any]:
-        """Results in call order; a per-call Redis error is returned as the exception object."""
+    async def run_many(self, calls: Sequence[ScriptCall], resend_for_s: float = 0.0) -> list[Any]:
+        """Results in call order; a per-call Redis error is returned as the exception object.
+
+        With `resend_for_s`, a connection error or timeout (the reply may be lost after the
+        scripts ran) resends the very same calls -- same request ids, so the replay memo
+        answers -- until that many seconds have passed; then the error is raised."""
         if not calls:
             return []
-        results = await self._execute(calls)
+        results: list[Any] = [c.problem() for c in calls]
+        sendable = [calls[i] for i, r in enumerate(results) if r is None]
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + resend_for_s
+        delay = 0.05
+        while True:
+            try:
+                replies = await self._execute(sendable)
+                break
+            except (RedisConnectionError, RedisTimeoutError, OSError):
+                if loop.time() + delay > deadline:
+                    raise
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 1.0)
+        indices = [i for i, r in enumerate(results) if r is None]
+        for i, r in zip(indices, replies, strict=True):
+            results[i] = r
         missing = [i for i, r in enumerate(results) if isinstance(r, NoScriptError)]
         if missing:
             # Only the NOSCRIPT calls did not run; re-running exactly those is safe.
@@ -98,19 +179,38 @@ class ScriptRunner:
                 results[i] = r
         return results
 
+    def _command(self, call: ScriptCall) -> list[Any]:
+        """EVALSHA's arguments: the memoized scripts get their memo key and TTL appended."""
+        if call.script.replay_safe:
+            return [self._shas[call.script], len(call.keys), *call.keys, *call.args]
+        memo = replay_key(call.keys[0], call.request_id)
+        return [
+            self._shas[call.script],
+            len(call.keys) + 1,
+            *call.keys,
+            memo,
+            *call.args,
+            self._replay_ttl_ms,
+        ]
+
     async def _evalsha(self, call: ScriptCall) -> Any:
-        return await self._redis.evalsha(  # type: ignore[misc]
-            self._shas[call.script], len(call.keys), *call.keys, *call.args
-        )
+        return await self._redis.evalsha(*self._command(call))  # type: ignore[misc]
 
     async def _execute(self, calls: Sequence[ScriptCall]) -> list[Any]:
+        if not calls:
+            return []
         if self._cluster:
             # redis-py refuses EVALSHA in cluster pipelines; concurrent calls, each routed to
             # the node of its slot, keep the one-round-trip-per-batch property per node.
             return list(await asyncio.gather(
-                *(self._evalsha(c) for c in calls), return_exceptions=True
+                *(self._evalsha(c) for c in calls),
+                return_exceptions=True,
             ))  # fmt: skip
         pipe = self._redis.pipeline(transaction=False)
         for c in calls:
-            pipe.evalsha(self._shas[c.script], len(c.keys), *c.keys, *c.args)
+            pipe.evalsha(*self._command(c))
         return list(await pipe.execute(raise_on_error=False))
+
+
+def _wrap(script: Script, body: str) -> str:
+    return body if script.replay_safe else _MEMO_HEAD + body + _MEMO_TAIL

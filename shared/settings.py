@@ -7,9 +7,10 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 
 class SettingsError(ValueError):
@@ -103,6 +104,13 @@ class Settings:
     max_backlog_interactive: int = 10_000
     max_backlog_synthesis: int = 2_000
     sse_keepalive_s: float = 15.0
+    # Concurrent event streams (SSE) per gateway process, in all and per tenant; beyond them
+    # 429 too_many_streams. Each stream holds one connection of the SSE pool (its own, sized
+    # to the process cap), never one of the pool every other request shares.
+    sse_max_streams: int = 512
+    sse_max_streams_per_tenant: int = 32
+    # The gateway's shared Redis pool (every request but SSE's blocking reads).
+    redis_max_connections: int = 256
     # What the `splatq submit|status|cancel` client commands talk to.
     api_url: str = ""
     api_key: str = ""
@@ -127,6 +135,8 @@ class Settings:
     reaper_interval_ms: int = 5_000
     idempotency_ttl_s: int = 86_400
     shutdown_grace_s: float = 30.0
+    # How long a script's reply is kept for a resend of the same call (lost replies).
+    script_replay_ttl_ms: int = 60_000
 
     # Worker slot pool.
     worker_concurrency: int = 10
@@ -210,6 +220,13 @@ class Settings:
         """Partitions this process consumes: the configured subset, or all of them."""
         return self.worker_partitions or tuple(range(self.partitions))
 
+    def __repr__(self) -> str:
+        """Every field, secrets redacted: settings reach logs, tracebacks and debuggers."""
+        shown = ", ".join(
+            f"{f.name}={_redacted(f.name, getattr(self, f.name))!r}" for f in fields(self)
+        )
+        return f"Settings({shown})"
+
     def with_overrides(self, **changes: Any) -> Settings:
         """A copy with some fields changed (tests and the CLI use this; env stays untouched)."""
         return replace(self, **changes)
@@ -256,6 +273,13 @@ class Settings:
             api_url=e.get("SPLATQ_API_URL", "").strip().rstrip("/"),
             api_key=e.get("SPLATQ_API_KEY", "").strip(),
             sse_keepalive_s=_float(e, "SPLATQ_SSE_KEEPALIVE_S", d.sse_keepalive_s, 0.05, 300),
+            sse_max_streams=_int(e, "SPLATQ_SSE_MAX_STREAMS", d.sse_max_streams, 1),
+            sse_max_streams_per_tenant=_int(
+                e, "SPLATQ_SSE_MAX_STREAMS_PER_TENANT", d.sse_max_streams_per_tenant, 1
+            ),
+            redis_max_connections=_int(
+                e, "SPLATQ_REDIS_MAX_CONNECTIONS", d.redis_max_connections, 1
+            ),
             data_dir=Path(e.get("SPLATQ_DATA_DIR", "").strip() or d.data_dir),
             partitions=_int(e, "SPLATQ_PARTITIONS", d.partitions, 1),
             worker_partitions=worker_parts,
@@ -264,6 +288,9 @@ class Settings:
             dlq_maxlen=_int(e, "SPLATQ_DLQ_MAXLEN", d.dlq_maxlen, 1000),
             consumer_group=e.get("SPLATQ_CONSUMER_GROUP", "").strip() or d.consumer_group,
             lease_ttl_ms=_int(e, "SPLATQ_LEASE_TTL_MS", d.lease_ttl_ms, 100),
+            script_replay_ttl_ms=_int(
+                e, "SPLATQ_SCRIPT_REPLAY_TTL_MS", d.script_replay_ttl_ms, 1000
+            ),
             max_deliveries=_int(e, "SPLATQ_MAX_DELIVERIES", d.max_deliveries, 1),
             max_attempts=_int(e, "SPLATQ_MAX_ATTEMPTS", d.max_attempts, 1),
             retry_base_ms=_int(e, "SPLATQ_RETRY_BASE_MS", d.retry_base_ms, 1),
@@ -342,6 +369,40 @@ class Settings:
             ),
             metrics_port=_int(e, "SPLATQ_METRICS_PORT", d.metrics_port, 0),
         )
+
+
+_SECRET_NAME_PARTS = ("key", "secret", "password", "token")
+REDACTED = "<redacted>"
+
+
+def _redacted(name: str, value: Any) -> Any:
+    """A field's value as `Settings.__repr__` shows it."""
+    if name == "api_keys":
+        # {key: tenant}: the tenants are no secret, the keys are.
+        return f"{REDACTED} ({len(value)} keys of {sorted(set(value.values()))})"
+    if isinstance(value, str) and value and any(p in name for p in _SECRET_NAME_PARTS):
+        return REDACTED
+    if isinstance(value, str) and "://" in value:
+        return redact_url(value)
+    return value
+
+
+def redact_url(url: str) -> str:
+    """`url` without its credentials: the user-info part (`user:password@`) and the values of
+    query parameters that name a secret (`?password=…`) become `<redacted>`."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return REDACTED  # unparsable: it could hide a credential anywhere
+    netloc = parts.netloc
+    if "@" in netloc:
+        netloc = f"{REDACTED}@{netloc.rpartition('@')[2]}"
+    params = []
+    for item in parts.query.split("&") if parts.query else []:
+        name, eq, _ = item.partition("=")
+        secret = eq and any(p in name.lower() for p in _SECRET_NAME_PARTS)
+        params.append(f"{name}={REDACTED}" if secret else item)
+    return urlunsplit(parts._replace(netloc=netloc, query="&".join(params)))
 
 
 def process_environment(**overrides: str) -> dict[str, str]:

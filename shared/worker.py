@@ -23,17 +23,27 @@ from typing import Any, Protocol, TypeVar
 import orjson
 import structlog
 from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from shared import events
 from shared.entries import UNKNOWN_JOB, entry_problem
-from shared.errors import CORRUPT_JOB_RECORD, ErrorInfo, JobCanceled, LeaseLost, classify
+from shared.errors import (
+    CORRUPT_JOB_RECORD,
+    INVALID_OUTCOME,
+    ErrorInfo,
+    JobCanceled,
+    LeaseLost,
+    PermanentError,
+    classify,
+)
 from shared.events import EventType
 from shared.jobs import JobOutcome, JobRecord
 from shared.keys import STREAMS, StreamName
 from shared.metrics import EngineMetrics
-from shared.queue import Finish, JobQueue, StreamEntry
+from shared.queue import RENEW_UNKNOWN, Finish, JobQueue, StreamEntry
 from shared.reaper import Reaper
+from shared.redis_client import error_reply_kind, is_transient_reply
 from shared.retries import decide_retry
 from shared.settings import Settings
 from shared.slots import SlotPool
@@ -42,6 +52,11 @@ log = structlog.get_logger("splatq.worker")
 T = TypeVar("T")
 
 REDIS_ERRORS = (RedisConnectionError, RedisTimeoutError, ConnectionError, OSError)
+# How long a worker keeps resending one take/start call whose reply was lost (the replay
+# memo answers the resend with the first execution's reply, so nothing runs twice).
+RESEND_WINDOW_S = 5.0
+# Back-off after an error reply the fetch loop cannot act on (a script error, OOM).
+ERROR_REPLY_BACKOFF_S = 1.0
 PROGRESS_EVENT_INTERVAL_S = 1.0
 CONSUMER_PRUNE_IDLE_MS = 3_600_000
 # How long the fetch loop waits before looking again when it cannot block (a saturated
@@ -87,8 +102,10 @@ class JobContext:
     log: Any
     cancel_requested: bool = False
     lease_lost: bool = False
+    started_at: float = field(default_factory=time.monotonic)
     _last_event_at: float = 0.0
     _last_stage: str = ""
+    _threads: set[asyncio.Future[None]] = field(default_factory=set)
 
     @property
     def job_id(self) -> str:
@@ -127,8 +144,33 @@ class JobContext:
         self.raise_if_stopped()
 
     async def run_blocking(self, fn: Callable[..., T], *args: Any) -> T:
-        """Run CPU/GPU-bound work in a thread so the event loop keeps renewing leases."""
-        return await asyncio.to_thread(fn, *args)
+        """Run CPU/GPU-bound work in a thread so the event loop keeps renewing leases.
+
+        A thread cannot be stopped: when the job is canceled or loses its lease the call
+        raises at once, but the worker keeps the job's slot until the thread has returned
+        (see `threads_done`), so a lost job never runs alongside the slot's next one."""
+        loop = asyncio.get_running_loop()
+        finished: asyncio.Future[None] = loop.create_future()
+        self._threads.add(finished)
+        finished.add_done_callback(self._threads.discard)
+
+        def call() -> T:
+            try:
+                return fn(*args)
+            finally:
+                loop.call_soon_threadsafe(_resolve, finished)
+
+        return await asyncio.to_thread(call)
+
+    async def threads_done(self) -> None:
+        """Wait for every thread this job started (their results are no longer wanted)."""
+        while self._threads:
+            await asyncio.wait(list(self._threads))
+
+
+def _resolve(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
 
 
 @dataclass(slots=True)
@@ -171,7 +213,13 @@ class Worker:
         self.consumer = consumer or new_consumer_name()
         self.pool = SlotPool.create(settings.worker_concurrency, settings.interactive_share)
         self.partitions = settings.owned_partitions
-        self.reaper = Reaper(queue, self.consumer, settings.reaper_interval_ms / 1000, metrics)
+        self.reaper = Reaper(
+            queue,
+            self.consumer,
+            settings.reaper_interval_ms / 1000,
+            metrics,
+            running_here=self._runs_here,
+        )
         self._rng = rng or random.Random()
         self._running: dict[str, _Running] = {}
         self._commits: asyncio.Queue[_Commit] = asyncio.Queue()
@@ -196,7 +244,18 @@ class Worker:
 
     async def run(self) -> None:
         """Run until `stop()`; then drain within the grace period and return."""
-        await self.queue.setup()
+        while True:
+            # Starting while Redis is down or refusing writes (OOM, READONLY) waits it out.
+            try:
+                await self.queue.setup()
+                break
+            except (*REDIS_ERRORS, ResponseError) as exc:
+                if isinstance(exc, ResponseError) and not is_transient_reply(exc):
+                    raise
+                self.log.warning("worker.setup_waiting_for_redis", error=str(exc)[:300])
+                await self._wait_or_stop(asyncio.sleep(ERROR_REPLY_BACKOFF_S))
+                if self._stopping.is_set():
+                    return
         helpers = [
             asyncio.create_task(self._heartbeat_loop(), name="heartbeat"),
             asyncio.create_task(self._commit_loop(), name="committer"),
@@ -210,6 +269,7 @@ class Worker:
         try:
             await self._fetch_loop()
             await self._drain()
+            await self._flush_commits(self.settings.shutdown_grace_s)
         finally:
             for task in helpers:
                 task.cancel()
@@ -226,12 +286,22 @@ class Worker:
             )
             _, pending = await asyncio.wait(tasks, timeout=self.settings.shutdown_grace_s)
             if pending:
-                # Past the grace period: release what is left without burning attempts.
+                # Past the grace period: release what is left without burning attempts. A
+                # job already handing its outcome to the committer is not interrupted: its
+                # result is done and only needs writing.
                 self._releasing = True
-                for task in pending:
-                    task.cancel()
-                await asyncio.wait(pending)
-        # Each job task awaited its own commit, so nothing is left in the committer.
+                for r in list(self._running.values()):
+                    if r.task is not None and r.task in pending and not r.committing:
+                        r.task.cancel()
+                await asyncio.wait(pending, timeout=self.settings.shutdown_grace_s)
+
+    async def _flush_commits(self, timeout_s: float) -> None:
+        """Wait until every queued commit has been sent and answered (bounded), so stopping
+        the committer drops nothing a job already handed over."""
+        try:
+            await asyncio.wait_for(self._commits.join(), timeout_s)
+        except TimeoutError:
+            self.log.error("worker.commits_unflushed", queued=self._commits.qsize())
 
     # -- fetching ----------------------------------------------------------------------
 
@@ -249,6 +319,15 @@ class Worker:
             except REDIS_ERRORS as exc:
                 self.log.warning("fetch.redis_unavailable", error=str(exc))
                 await self._wait_or_stop(asyncio.sleep(0.5))
+            except ResponseError as exc:
+                # OOM, READONLY, a script error: the worker keeps its running jobs and tries
+                # again, instead of dying with their results.
+                self.log.error(
+                    "fetch.error_reply", error=str(exc)[:300], transient=is_transient_reply(exc)
+                )
+                if self.metrics is not None:
+                    self.metrics.error_replies.labels("fetch", error_reply_kind(exc)).inc()
+                await self._wait_or_stop(asyncio.sleep(ERROR_REPLY_BACKOFF_S))
 
     async def _wait_or_stop(self, aw: Awaitable[Any], timeout_s: float | None = None) -> None:
         waiter = asyncio.ensure_future(aw)
@@ -302,7 +381,11 @@ class Worker:
         if not self.pool.has_capacity():
             return 0
         taken = await self.queue.take(
-            partition, self.pool.guaranteed_counts(), self.pool.idle, self.consumer
+            partition,
+            self.pool.guaranteed_counts(),
+            self.pool.idle,
+            self.consumer,
+            resend_for_s=RESEND_WINDOW_S,
         )
         for t in taken:
             if self.metrics is not None:
@@ -317,6 +400,8 @@ class Worker:
                 await self.reaper.dead_letter_entry(
                     t.entry, *(problem or (UNKNOWN_JOB, "no job record for this entry"))
                 )
+            elif t.outcome == "dead_lettered":
+                self._count_corrupt(t.entry, t.detail)
             else:
                 self.log.info("entry.not_started", entry_id=t.entry.entry_id, outcome=t.outcome)
         return len(taken)
@@ -335,7 +420,9 @@ class Worker:
             self.pool.acquire(entry.stream)
         tokens = [secrets.token_hex(12) for _ in valid]
         try:
-            results = await self.queue.start_many(valid, tokens, self.consumer)
+            results = await self.queue.start_many(
+                valid, tokens, self.consumer, resend_for_s=RESEND_WINDOW_S
+            )
         except REDIS_ERRORS:
             # Unknown whether the scripts ran: the entries stay pending and any lease taken
             # expires, so the reaper recovers them. Only the slots are ours to give back.
@@ -366,6 +453,8 @@ class Worker:
                 await self.reaper.dead_letter_entry(
                     entry, UNKNOWN_JOB, "no job record for this entry"
                 )
+            elif result.outcome == "dead_lettered":
+                self._count_corrupt(entry, result.detail)
             else:
                 self.log.info(
                     "entry.not_started",
@@ -398,6 +487,28 @@ class Worker:
         await self.queue.finish_many([finish])
         self.log.error("job.unreadable", job_id=entry.fields["job"], detail=detail)
 
+    def _count_corrupt(self, entry: StreamEntry, detail: str) -> None:
+        """take/start found a corrupt job record and dead-lettered it in the same script."""
+        if self.metrics is not None:
+            self.metrics.dead_letters.labels(entry.stream.value, "corrupt_job_record").inc()
+        self.log.error(
+            "job.corrupt_record_dead_lettered",
+            entry_id=entry.entry_id,
+            stream=entry.stream.value,
+            detail=detail,
+        )
+
+    def _runs_here(self, entry: StreamEntry) -> bool:
+        """True when this worker runs this very entry's job under a lease it still holds:
+        the reaper must leave it to the heartbeat (which re-takes a lapsed lease nobody else
+        took) instead of starting a second run of the same job in the same process."""
+        running = self._running.get(entry.fields.get("job", ""))
+        return (
+            running is not None
+            and running.ctx.entry.entry_id == entry.entry_id
+            and not running.ctx.lease_lost
+        )
+
     def _release_slot(self, stream: StreamName) -> None:
         self.pool.release(stream)
         self._slot_freed.set()
@@ -412,6 +523,12 @@ class Worker:
         )
         ctx = JobContext(job=job, entry=entry, token=token, queue=self.queue, log=bound)
         running = _Running(ctx)
+        older = self._running.get(job.id)
+        if older is not None:
+            # The job was started again (its lease was taken over) while an older run of it
+            # is still here: that run is fenced out -- its lease token is no longer the job's,
+            # so it commits nothing -- and stopped. Only one run per job id is tracked.
+            self._lose_lease(older, "superseded", force=True)
         self._running[job.id] = running
         running.task = asyncio.create_task(self._run_job(running), name=f"job:{job.id}")
         if self.metrics is not None:
@@ -448,7 +565,7 @@ class Worker:
             except Exception as exc:
                 finish, outcome_label = self._failure(ctx, classify(exc), exc)
             else:
-                finish, outcome_label = self._success(ctx, outcome), "completed"
+                finish, outcome_label = self._success(ctx, outcome)
             if ctx.lease_lost:
                 finish, outcome_label = None, "lease_lost"
             if finish is not None:
@@ -468,7 +585,11 @@ class Worker:
             else:
                 ctx.log.warning("job.abandoned", reason="lease_lost")
         finally:
-            self._running.pop(ctx.job.id, None)
+            # A run removes only its own entry: a newer run of the same job may be there.
+            if self._running.get(ctx.job.id) is running:
+                del self._running[ctx.job.id]
+            # The slot is free only when no thread of this job is still computing.
+            await asyncio.shield(ctx.threads_done())
             self._release_slot(ctx.stream)
             if self.metrics is not None:
                 self.metrics.jobs.labels(ctx.stream.value, outcome_label).inc()
@@ -487,11 +608,15 @@ class Worker:
             **kw,
         )
 
-    def _success(self, ctx: JobContext, outcome: JobOutcome) -> Finish:
+    def _success(self, ctx: JobContext, outcome: JobOutcome) -> tuple[Finish, str]:
+        problem = outcome.problem() if isinstance(outcome, JobOutcome) else "not a JobOutcome"
+        if problem is not None:
+            exc = PermanentError(f"the handler's outcome cannot be stored: {problem}")
+            return self._failure(ctx, ErrorInfo(INVALID_OUTCOME, exc.message, False), exc)
         model = outcome.model or ctx.job.model
         compute_ms = outcome.compute_time_ms
         if compute_ms is None:
-            compute_ms = round((time.monotonic() - self._running[ctx.job.id].started_at) * 1000)
+            compute_ms = round((time.monotonic() - ctx.started_at) * 1000)
         fields: dict[str, str] = {
             "artifacts": orjson.dumps(dict(outcome.artifacts)).decode(),
             "compute_time_ms": str(compute_ms),
@@ -505,7 +630,7 @@ class Worker:
             event_extra=events.completed_fields(model, compute_ms, outcome.artifacts),
             claim_status="COMPLETED",
             fields=fields,
-        )
+        ), "completed"
 
     def _failure(self, ctx: JobContext, info: ErrorInfo, exc: BaseException) -> tuple[Finish, str]:
         s = self.settings
@@ -557,23 +682,44 @@ class Worker:
             batch = [await self._commits.get()]
             while not self._commits.empty() and len(batch) < 256:
                 batch.append(self._commits.get_nowait())
-            delay = 0.05
-            while True:
-                try:
-                    results = await self.queue.finish_many([c.finish for c in batch])
-                    break
-                except REDIS_ERRORS as exc:
-                    # finish.lua is idempotent for terminal targets, so resending is safe.
-                    self.log.warning("commit.redis_unavailable", error=str(exc), jobs=len(batch))
-                    await asyncio.sleep(delay)
-                    delay = min(delay * 2, 2.0)
-                except Exception as exc:
-                    self.log.exception("commit.failed", jobs=len(batch))
-                    results = [("error", str(exc))] * len(batch)
-                    break
-            for c, r in zip(batch, results, strict=True):
-                if not c.done.done():
-                    c.done.set_result(r)
+            try:
+                await self._commit_batch(batch)
+            finally:
+                for _ in batch:
+                    self._commits.task_done()
+
+    async def _commit_batch(self, batch: list[_Commit]) -> None:
+        """Send a batch until each call has a definite answer. A lost reply or a transient
+        error reply (OOM, READONLY) is resent with the same request id, so the replay memo
+        answers what the first execution did; the run's lease token stays valid meanwhile
+        (the heartbeat re-takes a lapsed lease nobody else took)."""
+        todo = list(batch)
+        delay = 0.05
+        while todo:
+            try:
+                results = await self.queue.finish_many([c.finish for c in todo])
+            except REDIS_ERRORS as exc:
+                self.log.warning("commit.redis_unavailable", error=str(exc), jobs=len(todo))
+                results = [("retry", str(exc))] * len(todo)
+            except Exception as exc:
+                self.log.exception("commit.failed", jobs=len(todo))
+                results = [("error", str(exc))] * len(todo)
+            retry: list[_Commit] = []
+            for c, (outcome, detail) in zip(todo, results, strict=True):
+                if outcome == "retry":
+                    retry.append(c)
+                elif outcome == "transient":
+                    # OOM, READONLY...: the script did not run; the same call is sent again.
+                    retry.append(c)
+                    self.log.warning("commit.error_reply", error=detail[:300])
+                    if self.metrics is not None:
+                        self.metrics.error_replies.labels("commit", "transient").inc()
+                elif not c.done.done():
+                    c.done.set_result((outcome, detail))
+            todo = retry
+            if todo:
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 2.0)
 
     # -- heartbeats -----------------------------------------------------------------------
 
@@ -591,16 +737,25 @@ class Worker:
             try:
                 replies = await self.queue.renew_many(leases, self.consumer)
             except Exception as exc:
+                # Unknown, not lost: while Redis cannot answer, the jobs keep running. When it
+                # answers again, renew re-takes each lapsed lease nobody else took, and says
+                # 'lost' for the ones another worker took over (those then stop).
                 if self.metrics is not None:
                     self.metrics.lease_renewal_failures.labels(type(exc).__name__).inc(len(running))
-                self.log.warning("lease.renew_failed", error=str(exc), jobs=len(running))
                 now = time.monotonic()
-                for r in running:
-                    if now - r.renewed_at > ttl_s:
-                        self._lose_lease(r, "expired_unrenewed")
+                self.log.warning(
+                    "lease.renew_failed",
+                    error=str(exc)[:300],
+                    jobs=len(running),
+                    unconfirmed=sum(now - r.renewed_at > ttl_s for r in running),
+                )
                 continue
             now = time.monotonic()
             for r, reply in zip(running, replies, strict=True):
+                if reply == RENEW_UNKNOWN:
+                    if self.metrics is not None:
+                        self.metrics.lease_renewal_failures.labels("error_reply").inc()
+                    continue
                 if reply == 0:
                     self._lose_lease(r, "not_holder")
                 else:
@@ -609,8 +764,10 @@ class Worker:
                         r.ctx.cancel_requested = True
                         r.ctx.log.info("job.cancel_observed")
 
-    def _lose_lease(self, running: _Running, reason: str) -> None:
-        if running.ctx.lease_lost or running.committing:
+    def _lose_lease(self, running: _Running, reason: str, *, force: bool = False) -> None:
+        """Stop a run that no longer holds its job. A committing run is left to its commit's
+        own fence unless `force` (a newer run of the job replaces it here)."""
+        if running.ctx.lease_lost or (running.committing and not force):
             return
         running.ctx.lease_lost = True
         if self.metrics is not None:

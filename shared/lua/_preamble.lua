@@ -76,17 +76,66 @@ local function try_claim(claim_key, job_id, ttl_ms)
   return nil
 end
 
+-- A job hash field that must hold an integer (or be absent): a corrupt one is refused before
+-- any write, so a script never half-applies on a record it cannot read.
+local function bad_int(value)
+  if value == false or value == nil or value == '' then return false end
+  local n = tonumber(value)
+  return n == nil or n ~= math.floor(n)
+end
+
+-- The `{pN}` tag part of a key built by shared/keys.py ('splatq:{p0}:job:...' -> 'splatq:{p0}').
+local function key_tag(key)
+  return string.match(key, '^(.-{[^}]*})')
+end
+
+-- Dead-letter a delivered entry whose job record is corrupt: the job fails with a code (when
+-- its status allows), the entry moves to the partition's dead-letter stream and is acked.
+-- Keys are derived under the job key's own tag (same slot).
+local function dead_letter_corrupt(job_key, events_key, stream_key, group, entry_id, detail,
+                                   event_id, events_maxlen, failed_name)
+  local tag = key_tag(job_key)
+  local now = now_ms()
+  local f = redis.call('HMGET', job_key, 'id', 'status')
+  redis.call('XADD', tag .. ':dlq:jobs', 'MAXLEN', '~', 100000, '*', 'job', f[1] or '',
+    'entry', entry_id, 'stream', string.match(stream_key, '([^:]+)$'),
+    'reason', 'corrupt_job_record', 'detail', detail, 'at_ms', now)
+  redis.call('HSET', job_key, 'status', 'failed', 'stage', 'dead_lettered',
+    'error_code', 'CORRUPT_JOB_RECORD', 'error_message', detail, 'error_retryable', '0',
+    'completed_at_ms', now, 'updated_at_ms', now, 'lease_token', '', 'worker', '')
+  if failed_name and failed_name ~= '' then
+    emit(events_key, events_maxlen, job_key, event_id, failed_name,
+      '"error_code":"CORRUPT_JOB_RECORD","message":' .. cjson.encode(detail)
+      .. ',"retryable":false')
+  end
+  ack(stream_key, group, entry_id)
+end
+
+-- Why a job record cannot be started, or nil: checked before the first write.
+local function record_problem(status, attempts, deliveries)
+  if ALLOWED[status] == nil then
+    return 'unknown status ' .. tostring(status)
+  end
+  if bad_int(attempts) then return 'non-integer attempts' end
+  if bad_int(deliveries) then return 'non-integer deliveries' end
+  return nil
+end
+
 -- Start one delivered entry: fence it with a lease, move the job to processing, count the
 -- delivery and the attempt, append the `started` event. Shared by start.lua (keys declared
 -- by the caller) and take.lua (keys derived from the entry under the same {pN} tag).
--- Returns {'started', flat job hash...} | {'unknown'} | {'skip', status} | {'stale'} | {'busy'}
+-- The lease token is written to the job hash too (`lease_token`): that field, not the lease
+-- key's TTL, is the fence every later write of this run checks, so a holder whose lease key
+-- lapsed while nobody else took the job may renew it and commit (see renew.lua).
+-- Returns {'started', flat job hash...} | {'unknown'} | {'skip', status} | {'stale'} |
+--         {'busy'} | {'dead_lettered', detail} (a corrupt record, failed and dead-lettered)
 local function start_entry(job_key, lease_key, events_key, stream_key, claim_key, group,
                            entry_id, token, ttl_ms, consumer, event_id, events_maxlen,
-                           started_name, claim_ttl_ms)
+                           started_name, claim_ttl_ms, failed_name)
   if redis.call('EXISTS', job_key) == 0 then
     return {'unknown'}
   end
-  local st = redis.call('HMGET', job_key, 'status', 'entry_id')
+  local st = redis.call('HMGET', job_key, 'status', 'entry_id', 'attempts', 'deliveries')
   local status, entry = st[1], st[2]
   if status == 'completed' or status == 'failed' or status == 'canceled' then
     -- a duplicate delivery of a finished (or canceled-while-queued) job: drop the entry
@@ -98,6 +147,12 @@ local function start_entry(job_key, lease_key, events_key, stream_key, claim_key
     ack(stream_key, group, entry_id)
     return {'stale'}
   end
+  local problem = record_problem(status, st[3], st[4])
+  if problem then
+    dead_letter_corrupt(job_key, events_key, stream_key, group, entry_id,
+      'unreadable job record: ' .. problem, event_id, events_maxlen, failed_name)
+    return {'dead_lettered', problem}
+  end
   local holder = redis.call('GET', lease_key)
   if (holder and holder ~= token) or not can_move(status, 'processing') then
     return {'busy'}
@@ -107,7 +162,8 @@ local function start_entry(job_key, lease_key, events_key, stream_key, claim_key
   redis.call('HINCRBY', job_key, 'deliveries', 1)
   local attempt = redis.call('HINCRBY', job_key, 'attempts', 1)
   redis.call('HSET', job_key, 'status', 'processing', 'stage', 'started', 'worker', consumer,
-    'started_at_ms', now, 'updated_at_ms', now, 'lease_until_ms', now + tonumber(ttl_ms))
+    'started_at_ms', now, 'updated_at_ms', now, 'lease_until_ms', now + tonumber(ttl_ms),
+    'lease_token', token)
   if claim_key then
     local job_id = redis.call('HGET', job_key, 'id')
     set_claim(claim_key, job_id, 'PROCESSING', claim_ttl_ms)
@@ -116,4 +172,11 @@ local function start_entry(job_key, lease_key, events_key, stream_key, claim_key
   local out = redis.call('HGETALL', job_key)
   table.insert(out, 1, 'started')
   return out
+end
+
+-- True when `token` is the job's current run: the fence of renew/progress/finish. Every exit
+-- from processing clears the token, so a match also means the job is processing (finish
+-- still checks the transition table for what the run may do).
+local function holds_run(job_key, token)
+  return token ~= '' and redis.call('HGET', job_key, 'lease_token') == token
 end

@@ -1,6 +1,8 @@
 -- finish: the worker's compare-and-set exit from `processing`: to completed, failed,
 -- canceled, retrying (parked in the delayed set) or queued (released without burning an
--- attempt). Fenced by the lease token: a worker that lost its lease commits nothing.
+-- attempt). Fenced by the run's lease token in the job hash (see renew.lua): a worker whose
+-- job was taken over commits nothing; one whose lease key merely lapsed while nobody took
+-- the job still commits.
 -- KEYS (one slot): 1 job hash, 2 lease, 3 work stream, 4 events stream, 5 delayed zset,
 --                  6 claim key (optional)
 -- ARGV: 1 token, 2 entry_id, 3 group, 4 target status, 5 event name ('' = none),
@@ -21,7 +23,7 @@ if terminal and status == target then
   ack(KEYS[3], ARGV[3], ARGV[2])
   return {'already', status}
 end
-if redis.call('GET', KEYS[2]) ~= ARGV[1] then
+if not holds_run(KEYS[1], ARGV[1]) then
   return {'lease_lost'}
 end
 -- A cancel that raced the end of the work wins: the user asked for no result.
@@ -41,7 +43,7 @@ if target == 'canceled' then
 end
 if #fields > 0 then redis.call('HSET', KEYS[1], unpack(fields)) end
 redis.call('HSET', KEYS[1], 'status', target, 'updated_at_ms', now, 'lease_until_ms', 0,
-  'worker', '')
+  'worker', '', 'lease_token', '')
 redis.call('DEL', KEYS[2])
 if terminal then
   redis.call('HSET', KEYS[1], 'completed_at_ms', now, 'stage', target)

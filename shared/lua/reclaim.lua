@@ -12,7 +12,9 @@ if redis.call('EXISTS', KEYS[1]) == 0 then
 end
 local st = redis.call('HMGET', KEYS[1], 'status', 'entry_id', 'deliveries', 'worker', 'id',
   'error_code')
-local status, entry, deliveries, worker, job_id = st[1], st[2], tonumber(st[3] or '0'), st[4], st[5]
+local status, entry, worker, job_id = st[1], st[2], st[4], st[5]
+-- A corrupt count reads as the limit: such a record is dead-lettered, never crashes a reaper.
+local deliveries = tonumber(st[3] or '0') or tonumber(ARGV[3])
 if status == 'completed' or status == 'failed' or status == 'canceled' then
   ack(KEYS[3], ARGV[2], ARGV[1])
   return {'skip', status}
@@ -37,7 +39,8 @@ if deliveries >= tonumber(ARGV[3]) and can_move(status, 'failed') then
     'last_worker', worker or '', 'last_error', st[6] or '', 'at_ms', now)
   redis.call('HSET', KEYS[1], 'status', 'failed', 'error_code', 'dead_lettered',
     'error_message', msg, 'error_retryable', '0', 'completed_at_ms', now,
-    'updated_at_ms', now, 'stage', 'dead_lettered', 'worker', '', 'lease_until_ms', 0)
+    'updated_at_ms', now, 'stage', 'dead_lettered', 'worker', '', 'lease_until_ms', 0,
+    'lease_token', '')
   redis.call('PEXPIRE', KEYS[1], ARGV[8])
   if KEYS[6] then set_claim(KEYS[6], job_id, 'FAILED', ARGV[9]) end
   emit(KEYS[5], ARGV[5], KEYS[1], ARGV[4], ARGV[7],
@@ -49,7 +52,7 @@ if status == 'processing' then
   -- the worker died (or stalled past its lease): the job goes back to queued, and this
   -- reaper's worker, which now owns the entry, starts it again
   redis.call('HSET', KEYS[1], 'status', 'queued', 'stage', 'recovered', 'worker', '',
-    'lease_until_ms', 0, 'updated_at_ms', now)
+    'lease_until_ms', 0, 'updated_at_ms', now, 'lease_token', '')
   redis.call('HINCRBY', KEYS[1], 'reclaims', 1)
 end
 return {'take'}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 
 import pytest
@@ -38,7 +39,7 @@ async def _job_in(queue: JobQueue, redis: Redis, status: JobStatus) -> tuple[str
     result = await queue.enqueue(JobSpec(tenant="t", quality="preview"))
     job = await queue.get(result.job_id)
     assert job is not None
-    await redis.hset(queue.keys.job(job.id), "status", status.value)
+    await redis.hset(queue.keys.job(job.id), mapping={"status": status.value, "lease_token": "tok"})
     await redis.set(queue.keys.lease(job.id), "tok", px=60_000)
     return job.id, job.entry_id, queue.keys.events(0)
 
@@ -134,7 +135,9 @@ async def test_finish_without_the_lease_commits_nothing(queue: JobQueue, redis: 
 
 
 async def test_repeated_completion_commits_once(queue: JobQueue, redis: Redis) -> None:
-    """A retried commit (reply lost) is answered `already` and appends no second event."""
+    """A resent commit (reply lost) is answered what the first execution answered, from the
+    replay memo; a second commit under another request id is answered `already`. Neither
+    appends a second event."""
     job_id, entry_id, events_key = await _job_in(queue, redis, JobStatus.PROCESSING)
     job = await queue.get(job_id)
     assert job is not None
@@ -143,5 +146,7 @@ async def test_repeated_completion_commits_once(queue: JobQueue, redis: Redis) -
     )
     assert (await queue.finish_many([done]))[0][0] == "ok"
     n = await redis.xlen(events_key)
-    assert (await queue.finish_many([done]))[0][0] == "already"
+    assert (await queue.finish_many([done]))[0] == ("ok", "completed")
+    again = dataclasses.replace(done, request_id="another-call")
+    assert (await queue.finish_many([again]))[0][0] == "already"
     assert await redis.xlen(events_key) == n

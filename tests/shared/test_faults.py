@@ -1,0 +1,291 @@
+"""The engine under production faults, through a fault-injection proxy in front of a real
+redis-server: replies lost after the command ran, outages longer than a lease, error replies
+(OOM, a Lua error on a corrupt record, WRONGTYPE) and outcomes Redis cannot encode."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+from redis.asyncio import Redis
+
+from shared.errors import CORRUPT_JOB_RECORD, INVALID_OUTCOME
+from shared.jobs import JobOutcome
+from shared.keys import StreamName
+from shared.queue import JobQueue
+from shared.redis_client import connect
+from shared.redis_server import RedisServer
+from shared.scripts import Script
+from shared.settings import Settings
+from shared.worker import JobContext, Worker
+from tests.conftest import (
+    WorkerFactory,
+    engine_settings,
+    finish_or_cancel,
+    spec,
+    wait_for_status,
+)
+from tests.faultproxy import FaultProxy
+from tests.handlers import BehaviourHandler, runs_key
+
+
+@pytest.fixture
+async def proxy(redis: Redis, redis_server: RedisServer) -> AsyncIterator[FaultProxy]:
+    """A proxy in front of the session's (flushed) redis-server."""
+    p = FaultProxy(redis_server.port)
+    await p.start()
+    yield p
+    await p.stop()
+
+
+@pytest.fixture
+async def proxied(proxy: FaultProxy, settings: Settings) -> AsyncIterator[JobQueue]:
+    """A JobQueue whose every command goes through the proxy."""
+    client = connect(proxy.url)
+    q = JobQueue(client, settings.with_overrides(redis_url=proxy.url))
+    await q.setup()
+    yield q
+    await client.aclose()
+
+
+def sha(queue: JobQueue, script: Script) -> bytes:
+    return queue.scripts._shas[script].encode()
+
+
+# -- lost replies: every resend answers what the first execution did -------------------------
+
+
+async def test_enqueue_whose_reply_is_lost_answers_created_once(
+    proxied: JobQueue, proxy: FaultProxy, redis: Redis
+) -> None:
+    """The reply of enqueue is lost after Redis ran it: the resend answers `created` with the
+    job (not 'job id collision'), and exactly one job and one stream entry exist."""
+    proxy.lose_reply_after(sha(proxied, Script.ENQUEUE))
+    result = await proxied.enqueue(spec())
+    assert proxy.lost_replies == 1
+    assert result.created
+    assert result.job is not None
+    assert result.job.id == result.job_id
+    assert await redis.xlen(proxied.keys.stream(0, StreamName.INTERACTIVE)) == 1
+    assert len(await redis.keys("splatq:{p0}:job:*[^s]")) == 1
+
+
+async def test_cancel_whose_reply_is_lost_answers_canceled(
+    proxied: JobQueue, proxy: FaultProxy
+) -> None:
+    """A queued job's cancel ran but its reply was lost: the resend answers `canceled` (what
+    happened), not `already_finished`."""
+    result = await proxied.enqueue(spec())
+    proxy.lose_reply_after(sha(proxied, Script.CANCEL))
+    assert await proxied.cancel(result.job_id) == "canceled"
+    assert proxy.lost_replies == 1
+    job = await proxied.get(result.job_id)
+    assert job is not None
+    assert job.status.value == "canceled"
+
+
+async def test_take_whose_reply_is_lost_hands_over_the_started_job(
+    proxied: JobQueue, proxy: FaultProxy
+) -> None:
+    """take started a job but its reply was lost: the resend returns that job with the token
+    its lease holds, instead of leaving it processing under a lease no task holds."""
+    result = await proxied.enqueue(spec())
+    proxy.lose_reply_after(sha(proxied, Script.TAKE))
+    taken = await proxied.take(0, {StreamName.INTERACTIVE: 1}, 0, "c1", resend_for_s=5)
+    assert proxy.lost_replies == 1
+    assert [t.outcome for t in taken] == ["started"]
+    assert taken[0].job is not None
+    assert taken[0].job.id == result.job_id
+    assert await proxied.redis.get(proxied.keys.lease(result.job_id)) == taken[0].token
+
+
+async def test_dead_letter_and_redrive_whose_replies_are_lost_act_once(
+    proxied: JobQueue, proxy: FaultProxy, redis: Redis
+) -> None:
+    """dead_letter_entry writes one dead letter, and redrive answers `redriven` (not `gone`),
+    when each one's reply is lost after it ran."""
+    stream = proxied.keys.stream(0, StreamName.INTERACTIVE)
+    await redis.xadd(stream, {"garbage": "1"})
+    [bad] = await proxied.wait_for_new(0, [StreamName.INTERACTIVE], "c1", 100)
+    proxy.lose_reply_after(sha(proxied, Script.DEAD_LETTER_ENTRY))
+    await proxied.dead_letter_entry(bad, "missing_fields", "no job")
+    assert await redis.xlen(proxied.keys.dead_letters(0)) == 1
+
+    result = await proxied.enqueue(spec())
+    await redis.hset(proxied.keys.job(result.job_id), "status", "failed")
+    await redis.xadd(proxied.keys.dead_letters(0), {"job": result.job_id, "reason": "x"})
+    letter = (await proxied.dead_letters(0))[-1]
+    proxy.lose_reply_after(sha(proxied, Script.REDRIVE))
+    outcome, _ = await proxied.redrive(letter)
+    assert proxy.lost_replies == 2
+    assert outcome == "redriven"
+
+
+# -- outages longer than a lease ------------------------------------------------------------
+
+
+async def test_an_outage_longer_than_the_lease_does_not_rerun_a_healthy_job(
+    proxied: JobQueue, proxy: FaultProxy, queue: JobQueue, redis: Redis, settings: Settings
+) -> None:
+    """A 1.3 s Redis outage (TTL 0.9 s) in the middle of a 2.5 s job: the job keeps running,
+    its lapsed lease is re-taken when Redis answers again (nobody else took it), and it
+    completes after exactly one run and one attempt."""
+    result = await proxied.enqueue(spec(block_s=2.5))
+    s = settings.with_overrides(redis_url=proxy.url)
+    worker = Worker(proxied, s, BehaviourHandler())
+    task = asyncio.create_task(worker.run())
+    try:
+        await wait_for_status(queue, result.job_id, {"processing"})
+        await asyncio.sleep(0.3)
+        proxy.outage(1.3)
+        job = await wait_for_status(queue, result.job_id, {"completed", "failed"}, 15)
+        assert job.status.value == "completed"
+        assert job.attempts == 1
+        assert job.deliveries == 1
+        assert int(await redis.get(runs_key(job.id)) or 0) == 1
+    finally:
+        worker.stop()
+        await finish_or_cancel(task)
+
+
+async def test_one_error_reply_in_a_heartbeat_batch_fails_only_its_own_renewal(
+    queue: JobQueue, redis: Redis, start_worker: WorkerFactory
+) -> None:
+    """Two jobs renewed in one batch; one's record becomes the wrong type (WRONGTYPE reply
+    for its renewal). The other keeps its lease and completes after one run."""
+    ttl_s = queue.settings.lease_ttl_ms / 1000
+    victim = await queue.enqueue(spec(block_s=3 * ttl_s))
+    healthy = await queue.enqueue(spec(block_s=3 * ttl_s))
+    await start_worker()
+    await wait_for_status(queue, victim.job_id, {"processing"})
+    await wait_for_status(queue, healthy.job_id, {"processing"})
+    await redis.delete(queue.keys.job(victim.job_id))
+    await redis.set(queue.keys.job(victim.job_id), "not a hash")
+    job = await wait_for_status(queue, healthy.job_id, {"completed"}, timeout_s=10)
+    assert job.attempts == 1
+    assert int(await redis.get(runs_key(healthy.job_id)) or 0) == 1
+
+
+# -- error replies and corrupt records ------------------------------------------------------
+
+
+@pytest.fixture
+async def own_server(tmp_path: Path) -> AsyncIterator[RedisServer]:
+    """A redis-server of this test alone (it changes server configuration)."""
+    server = RedisServer(tmp_path / "redis", appendonly=False)
+    await server.start()
+    yield server
+    await server.stop()
+
+
+async def test_oom_replies_back_the_worker_off_and_it_keeps_running(
+    own_server: RedisServer,
+) -> None:
+    """With maxmemory reached every script answers OOM: the worker survives it (it does not
+    exit) and completes the waiting job once memory is available again."""
+    s = engine_settings(own_server.url)
+    client = connect(own_server.url)
+    try:
+        queue = JobQueue(client, s)
+        await queue.setup()
+        result = await queue.enqueue(spec())
+        await client.config_set("maxmemory", "1")
+        worker = Worker(queue, s, BehaviourHandler())
+        task = asyncio.create_task(worker.run())
+        try:
+            await asyncio.sleep(1.5)  # several fetch attempts, each answered OOM
+            assert not task.done(), "the worker exited on an OOM reply"
+            job = await queue.get(result.job_id)
+            assert job is not None
+            assert job.status.value == "queued"
+            await client.config_set("maxmemory", "0")
+            await wait_for_status(queue, result.job_id, {"completed"}, timeout_s=10)
+        finally:
+            worker.stop()
+            await finish_or_cancel(task)
+    finally:
+        await client.aclose()
+
+
+async def test_a_corrupt_record_is_dead_lettered_and_every_worker_goes_on(
+    queue: JobQueue, redis: Redis, start_worker: WorkerFactory
+) -> None:
+    """A job whose `attempts` is not a number is failed with CORRUPT_JOB_RECORD and
+    dead-lettered without a half-applied start (no lease, deliveries unchanged); the job
+    behind it completes and the worker keeps running."""
+    bad = await queue.enqueue(spec())
+    await redis.hset(queue.keys.job(bad.job_id), "attempts", "many")
+    good = await queue.enqueue(spec())
+    worker = await start_worker()
+    await wait_for_status(queue, good.job_id, {"completed"})
+    record = await redis.hgetall(queue.keys.job(bad.job_id))  # type: ignore[misc]
+    assert record["status"] == "failed"
+    assert record["error_code"] == CORRUPT_JOB_RECORD
+    assert record["deliveries"] == "0"
+    assert await redis.get(queue.keys.lease(bad.job_id)) is None
+    reasons = [f["reason"] for _, f in await redis.xrange(queue.keys.dead_letters(0))]
+    assert reasons == ["corrupt_job_record"]
+    assert worker.running_jobs == 0
+    again = await queue.enqueue(spec())
+    await wait_for_status(queue, again.job_id, {"completed"})
+
+
+# -- outcomes -------------------------------------------------------------------------------
+
+
+class _OneBadOutcome:
+    """Completes every job; the one whose metadata says `bad` returns a None field."""
+
+    async def __call__(self, ctx: JobContext) -> JobOutcome:
+        await asyncio.sleep(0.2)  # let the batch's jobs finish together
+        extra = {"note": None} if ctx.job.metadata.get("bad") else {"note": "fine"}
+        return JobOutcome(artifacts={}, extra_fields=extra)  # type: ignore[dict-item]
+
+
+async def test_one_unencodable_outcome_fails_alone_not_its_commit_batch(
+    queue: JobQueue, start_worker: WorkerFactory
+) -> None:
+    """An outcome with None in extra_fields fails its own job (INVALID_OUTCOME); the jobs
+    committed in the same batch complete on their first attempt."""
+    good = [await queue.enqueue(spec()) for _ in range(3)]
+    bad = await queue.enqueue(spec(bad=True))
+    await start_worker(_OneBadOutcome())
+    failed = await wait_for_status(queue, bad.job_id, {"failed", "completed"})
+    assert failed.error is not None
+    assert failed.error.code == INVALID_OUTCOME
+    for r in good:
+        job = await wait_for_status(queue, r.job_id, {"completed"})
+        assert job.attempts == 1
+
+
+# -- partitions -----------------------------------------------------------------------------
+
+
+async def test_claim_lives_in_the_partition_of_its_key(redis: Redis, settings: Settings) -> None:
+    """With several partitions, claim() writes the claim where enqueue and claim_status
+    look for it: the key's partition, not the job id's."""
+    queue = JobQueue(redis, settings.with_overrides(partitions=4))
+    await queue.setup()
+    key = next(k for k in (f"key-{i}" for i in range(100)) if queue.keys.partition_for(k) != 0)
+    job_id = "job_000" + "A" * 26  # a partition-0 job id
+    won = await queue.claim(key, job_id)
+    assert won.won
+    assert await queue.claim_status(key) == ("PENDING", job_id)
+    second = await queue.claim(key, "job_000" + "B" * 26)
+    assert not second.won
+    assert second.job_id == job_id
+
+
+async def test_an_unsendable_call_fails_alone_in_its_pipeline(queue: JobQueue) -> None:
+    """A script call with an argument Redis cannot encode (None) gets a TypeError of its own;
+    the calls beside it in the same pipeline run."""
+    from shared.scripts import ScriptCall  # noqa: PLC0415
+
+    key = queue.keys.idempotency(0, "d")
+    good = ScriptCall(Script.CLAIM, [key], ["job_000" + "C" * 26, 1000])
+    bad = ScriptCall(Script.CLAIM, [key + "x"], [None, 1000])  # type: ignore[list-item]
+    results = await queue.scripts.run_many([bad, good])
+    assert isinstance(results[0], TypeError)
+    assert results[1][0] == 1
