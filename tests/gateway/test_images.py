@@ -35,7 +35,6 @@ from PIL import Image, ImageFile
 
 from services.gateway import images
 from services.gateway.images import ImageRejected, ValidatedImage, sniff_format, validate_image
-from shared.image_headers import sniff
 from tests import hostile_inputs as hostile
 from tests.gateway import corpus
 
@@ -475,7 +474,7 @@ def test_png_pixel_flood_is_refused_on_its_decoded_bytes() -> None:
         *(
             pytest.param(
                 lambda d=d: d,
-                "unsupported_media_type" if sniff(d) is None else "invalid_image",
+                "unsupported_media_type" if sniff_format(d) is None else "invalid_image",
                 id=name,
             )
             for name, d in hostile.wrong_magic().items()

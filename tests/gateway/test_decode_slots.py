@@ -1,0 +1,103 @@
+"""DecodeSlots: per-tenant then per-process admission of decodes, bounded waits, and slots
+held until the decode thread really ends (decode threads blocked on an Event, no sleeps)."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Callable
+
+import pytest
+
+from services.gateway.decode_slots import DecodeSlots
+from services.gateway.problems import ApiError
+
+
+class Gate:
+    """A validator stand-in that blocks its decode thread until released."""
+
+    def __init__(self) -> None:
+        self.release = threading.Event()
+        self.running = 0
+        self.lock = threading.Lock()
+
+    def __call__(self, data: bytes) -> bytes:
+        with self.lock:
+            self.running += 1
+        try:
+            self.release.wait(10)
+        finally:
+            with self.lock:
+                self.running -= 1
+        return data
+
+
+async def _until(predicate: Callable[[], bool]) -> None:
+    for _ in range(500):
+        if predicate():
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError("condition not reached")
+
+
+async def test_a_tenant_at_its_limit_gets_429_and_others_are_unaffected() -> None:
+    """acme holds its 2 slots: its 3rd decode waits the bounded time then gets 429
+    too_many_decodes, while beta decodes at once in the process's free slots."""
+    slots = DecodeSlots(total=4, per_tenant=2, wait_s=0.3)
+    gate = Gate()
+    try:
+        held = [asyncio.create_task(slots.run("acme", gate, b"a")) for _ in range(2)]
+        await _until(lambda: gate.running == 2)
+        with pytest.raises(ApiError) as info:
+            await slots.run("acme", gate, b"a")
+        assert (info.value.status, info.value.code) == (429, "too_many_decodes")
+        assert info.value.headers["Retry-After"] == "1"
+        started = time.monotonic()
+        assert await slots.run("beta", lambda data: data + b"!", b"b") == b"b!"
+        assert time.monotonic() - started < 0.2  # beta never waited behind acme
+        gate.release.set()
+        assert await asyncio.gather(*held) == [b"a", b"a"]
+    finally:
+        gate.release.set()
+        slots.close()
+
+
+async def test_a_full_process_answers_503_after_the_bounded_wait() -> None:
+    """With every process slot taken by other tenants, a new tenant waits wait_s, then 503."""
+    slots = DecodeSlots(total=2, per_tenant=1, wait_s=0.2)
+    gate = Gate()
+    try:
+        held = [asyncio.create_task(slots.run(t, gate, b"x")) for t in ("acme", "beta")]
+        await _until(lambda: gate.running == 2)
+        with pytest.raises(ApiError) as info:
+            await slots.run("gamma", gate, b"x")
+        assert (info.value.status, info.value.code) == (503, "overloaded")
+        gate.release.set()
+        await asyncio.gather(*held)
+        assert await slots.run("gamma", lambda data: data, b"ok") == b"ok"
+    finally:
+        gate.release.set()
+        slots.close()
+
+
+async def test_a_canceled_request_keeps_its_slot_until_the_decode_thread_ends() -> None:
+    """A client that disconnects mid-decode does not free the slot its thread still uses."""
+    slots = DecodeSlots(total=1, per_tenant=1, wait_s=0.2)
+    gate = Gate()
+    try:
+        task = asyncio.create_task(slots.run("acme", gate, b"x"))
+        await _until(lambda: gate.running == 1)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        with pytest.raises(ApiError) as info:
+            await slots.run("acme", lambda data: data, b"y")
+        assert info.value.code == "too_many_decodes"
+        gate.release.set()
+        await _until(lambda: gate.running == 0)
+        await asyncio.sleep(0.05)  # the release is scheduled on the loop from the thread
+        assert await slots.run("acme", lambda data: data, b"y") == b"y"
+    finally:
+        gate.release.set()
+        slots.close()
