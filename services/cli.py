@@ -14,7 +14,7 @@ from pathlib import Path
 from services.client_cli import add_commands, run_client_command
 from services.dlq_cli import add_commands as add_dlq_commands
 from services.dlq_cli import run_dlq_command
-from services.stack import run_stack
+from services.stack import DEFAULT_REDIS_PORT, run_stack
 from shared.settings import Settings, SettingsError
 from shared.worker import load_handler_factory
 
@@ -28,6 +28,12 @@ def _parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True)
     up = sub.add_parser("up", help="run the local stack in the foreground (Ctrl-C stops it)")
     up.add_argument("--data-dir", default=None, help="where var/redis lives (default ./var)")
+    up.add_argument(
+        "--redis-port",
+        type=int,
+        default=DEFAULT_REDIS_PORT,
+        help=f"port of the embedded redis-server (default {DEFAULT_REDIS_PORT})",
+    )
     sub.add_parser("gateway", help="run the REST gateway (SPLATQ_GATEWAY_PORT)")
     sub.add_parser("dispatcher", help="run the webhook dispatcher")
     add_commands(sub)
@@ -70,7 +76,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _up(args: argparse.Namespace, settings: Settings) -> int:
     if args.data_dir:
         settings = settings.with_overrides(data_dir=Path(args.data_dir))
-    return asyncio.run(run_stack(settings))
+    return asyncio.run(run_stack(settings, redis_port=args.redis_port))
 
 
 def _demo(args: argparse.Namespace, settings: Settings) -> int:

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import structlog
 
 from shared.logs import configure_logging
-from shared.redis_server import RedisServer, RedisServerError
+from shared.redis_server import RedisServer, RedisServerError, die_with_parent
 from shared.settings import Settings, process_environment
 
 log = structlog.get_logger("splatq.stack")
@@ -43,13 +43,16 @@ def services_to_run(settings: Settings) -> list[ServiceSpec]:
 AfterStart = Callable[[Settings], Awaitable[int]]
 
 
-async def run_stack(settings: Settings, then: AfterStart | None = None) -> int:
-    """Run until Ctrl-C (or until `then` returns: its exit code ends the stack)."""
+async def run_stack(
+    settings: Settings, then: AfterStart | None = None, redis_port: int = DEFAULT_REDIS_PORT
+) -> int:
+    """Run until Ctrl-C (or until `then` returns: its exit code ends the stack). Every child,
+    the embedded redis-server included, dies with this process even if it is SIGKILLed."""
     configure_logging(settings.log_level, settings.log_format, "stack")
     redis: RedisServer | None = None
     env = process_environment()
     if settings.redis_url_is_default:
-        redis = RedisServer(settings.data_dir / "redis", port=DEFAULT_REDIS_PORT)
+        redis = RedisServer(settings.data_dir / "redis", port=redis_port)
         try:
             await redis.start()
         except RedisServerError as exc:
@@ -72,7 +75,11 @@ async def run_stack(settings: Settings, then: AfterStart | None = None) -> int:
     children: dict[str, asyncio.subprocess.Process] = {}
     try:
         for spec in services_to_run(settings):
-            children[spec.name] = await asyncio.create_subprocess_exec(*spec.argv, env=env)
+            children[spec.name] = await asyncio.create_subprocess_exec(
+                *spec.argv,
+                env=env,
+                preexec_fn=die_with_parent(),  # dies with `splatq up`, even on SIGKILL
+            )
             log.info("service.started", service=spec.name, pid=children[spec.name].pid)
         gateway = settings.public_base_url
         print(

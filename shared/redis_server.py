@@ -7,10 +7,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ctypes
+import os
 import shutil
 import signal
 import socket
 import subprocess
+import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -27,6 +31,26 @@ def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+PR_SET_PDEATHSIG = 1  # from <linux/prctl.h>
+
+
+def die_with_parent(sig: signal.Signals = signal.SIGTERM) -> Callable[[], None] | None:
+    """A `preexec_fn` that has the kernel send `sig` to the child when the process that
+    started it dies, even by SIGKILL (Linux only; None elsewhere). A child in its own
+    session otherwise outlives a killed parent and keeps its ports."""
+    if not sys.platform.startswith("linux"):
+        return None
+    parent = os.getpid()
+    prctl = ctypes.CDLL(None, use_errno=True).prctl  # looked up here, not in the forked child
+
+    def preexec() -> None:
+        prctl(PR_SET_PDEATHSIG, int(sig), 0, 0, 0)
+        if os.getppid() != parent:  # the parent died before prctl took effect
+            os.kill(os.getpid(), sig)
+
+    return preexec
 
 
 def redis_server_binary() -> str:
@@ -70,11 +94,16 @@ class RedisServer:
         ]  # fmt: skip
 
     async def start(self, timeout_s: float = 15.0) -> None:
-        """Start and wait until it answers PING with its data loaded."""
+        """Start and wait until it answers PING with its data loaded. It dies with this
+        process (its own session keeps it out of the terminal's Ctrl-C, so the caller can
+        stop its clients first). Refuses (RedisServerError) to use another redis-server
+        that already answers on the port: its data is not ours."""
         self.data_dir.mkdir(parents=True, exist_ok=True)
+        # PLW1509: the preexec only makes two syscalls (prctl, getppid), no locks or imports.
         self.process = subprocess.Popen(  # noqa: ASYNC220 - returns at once; we poll below
             self._argv(), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL, start_new_session=True,
+            preexec_fn=die_with_parent(),  # noqa: PLW1509
         )  # fmt: skip
         client = Redis.from_url(self.url)
         try:
@@ -88,6 +117,7 @@ class RedisServer:
                     )
                 try:
                     if await client.ping():  # type: ignore[misc]
+                        await self._check_it_is_ours(client)
                         return
                 except (RedisConnectionError, ResponseError):
                     # ResponseError: LOADING while the AOF is replayed
@@ -97,6 +127,23 @@ class RedisServer:
                 await asyncio.sleep(0.02)
         finally:
             await client.aclose()
+
+    async def _check_it_is_ours(self, client: Redis) -> None:
+        """The server answering on the port must be the process just started: an older
+        redis-server left on it (say by a SIGKILLed `splatq up` elsewhere) would otherwise be
+        used, with someone else's data, while ours fails to bind."""
+        assert self.process is not None
+        info = await client.info("server")
+        if int(info.get("process_id", -1)) == self.process.pid:
+            return
+        config = await client.config_get("dir")
+        self.process.kill()
+        raise RedisServerError(
+            f"port {self.port} is already answered by another redis-server (pid "
+            f"{info.get('process_id')}, data in {config.get('dir', '?')}), not the one started "
+            f"for {self.data_dir.resolve()}; stop that server or free the port (or set "
+            "SPLATQ_REDIS_URL to use an existing Redis on purpose)"
+        )
 
     async def stop(self, timeout_s: float = 15.0) -> None:
         """Graceful: SIGTERM makes redis-server flush the AOF and exit."""
