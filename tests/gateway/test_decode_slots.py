@@ -4,9 +4,10 @@ held until the decode thread really ends (decode threads blocked on an Event, no
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 
 import pytest
 
@@ -41,14 +42,27 @@ async def _until(predicate: Callable[[], bool]) -> None:
     raise AssertionError("condition not reached")
 
 
+@contextlib.asynccontextmanager
+async def holding(
+    slots: DecodeSlots, *tenants: str
+) -> AsyncIterator[tuple[Gate, list[asyncio.Task[bytes]]]]:
+    """One blocked decode per entry of `tenants` running on `slots`; always released after."""
+    gate = Gate()
+    held = [asyncio.create_task(slots.run(t, gate, t.encode())) for t in tenants]
+    try:
+        await _until(lambda: gate.running == len(tenants))
+        yield gate, held
+    finally:
+        gate.release.set()
+        await asyncio.gather(*held, return_exceptions=True)
+        slots.close()
+
+
 async def test_a_tenant_at_its_limit_gets_429_and_others_are_unaffected() -> None:
     """acme holds its 2 slots: its 3rd decode waits the bounded time then gets 429
     too_many_decodes, while beta decodes at once in the process's free slots."""
     slots = DecodeSlots(total=4, per_tenant=2, wait_s=0.3)
-    gate = Gate()
-    try:
-        held = [asyncio.create_task(slots.run("acme", gate, b"a")) for _ in range(2)]
-        await _until(lambda: gate.running == 2)
+    async with holding(slots, "acme", "acme") as (gate, held):
         with pytest.raises(ApiError) as info:
             await slots.run("acme", gate, b"a")
         assert (info.value.status, info.value.code) == (429, "too_many_decodes")
@@ -57,40 +71,28 @@ async def test_a_tenant_at_its_limit_gets_429_and_others_are_unaffected() -> Non
         assert await slots.run("beta", lambda data: data + b"!", b"b") == b"b!"
         assert time.monotonic() - started < 0.2  # beta never waited behind acme
         gate.release.set()
-        assert await asyncio.gather(*held) == [b"a", b"a"]
-    finally:
-        gate.release.set()
-        slots.close()
+        assert await asyncio.gather(*held) == [b"acme", b"acme"]
 
 
 async def test_a_full_process_answers_503_after_the_bounded_wait() -> None:
     """With every process slot taken by other tenants, a new tenant waits wait_s, then 503."""
     slots = DecodeSlots(total=2, per_tenant=1, wait_s=0.2)
-    gate = Gate()
-    try:
-        held = [asyncio.create_task(slots.run(t, gate, b"x")) for t in ("acme", "beta")]
-        await _until(lambda: gate.running == 2)
+    async with holding(slots, "acme", "beta") as (gate, held):
         with pytest.raises(ApiError) as info:
             await slots.run("gamma", gate, b"x")
         assert (info.value.status, info.value.code) == (503, "overloaded")
         gate.release.set()
         await asyncio.gather(*held)
         assert await slots.run("gamma", lambda data: data, b"ok") == b"ok"
-    finally:
-        gate.release.set()
-        slots.close()
 
 
 async def test_a_canceled_request_keeps_its_slot_until_the_decode_thread_ends() -> None:
     """A client that disconnects mid-decode does not free the slot its thread still uses."""
     slots = DecodeSlots(total=1, per_tenant=1, wait_s=0.2)
-    gate = Gate()
-    try:
-        task = asyncio.create_task(slots.run("acme", gate, b"x"))
-        await _until(lambda: gate.running == 1)
-        task.cancel()
+    async with holding(slots, "acme") as (gate, held):
+        held[0].cancel()
         with pytest.raises(asyncio.CancelledError):
-            await task
+            await held[0]
         with pytest.raises(ApiError) as info:
             await slots.run("acme", lambda data: data, b"y")
         assert info.value.code == "too_many_decodes"
@@ -98,6 +100,3 @@ async def test_a_canceled_request_keeps_its_slot_until_the_decode_thread_ends() 
         await _until(lambda: gate.running == 0)
         await asyncio.sleep(0.05)  # the release is scheduled on the loop from the thread
         assert await slots.run("acme", lambda data: data, b"y") == b"y"
-    finally:
-        gate.release.set()
-        slots.close()

@@ -82,19 +82,25 @@ def test_jpeg_is_decoded_at_the_scale_the_resolution_needs() -> None:
     assert float(tensor[3].min()) == 1.0  # opaque: the whole square is the image
 
 
-async def test_a_scan_bomb_job_fails_once_with_image_too_complex(
+async def test_bomb_jobs_fail_once_with_their_codes(
     queue: JobQueue,
     settings: Settings,
     storage: LocalFileStorage,
     start_worker: WorkerFactory,
     gpu_handler_factory: Any,
 ) -> None:
-    """End to end on a real worker and Redis: failed, IMAGE_TOO_COMPLEX, not retried."""
+    """End to end on a real worker and Redis: the scan bomb and the pixel flood each fail at
+    their first attempt with their code, not retryable."""
     handler = await gpu_handler_factory(settings)
-    job = await queue.enqueue(await stored_spec(storage, hostile.jpeg_scan_bomb(1000)))
+    bombs = {
+        "IMAGE_TOO_COMPLEX": hostile.jpeg_scan_bomb(1000),
+        "IMAGE_TOO_LARGE": hostile.png_flood(),
+    }
+    jobs = {
+        code: await queue.enqueue(await stored_spec(storage, data)) for code, data in bombs.items()
+    }
     await start_worker(handler)
-    failed = await wait_for_status(queue, job.job_id, {"failed"}, timeout_s=30)
-    assert failed.error is not None
-    assert (failed.error.code, failed.error.retryable, failed.attempts) == (
-        "IMAGE_TOO_COMPLEX", False, 1,
-    )  # fmt: skip
+    for code, job in jobs.items():
+        failed = await wait_for_status(queue, job.job_id, {"failed"}, timeout_s=30)
+        assert failed.error is not None
+        assert (failed.error.code, failed.error.retryable, failed.attempts) == (code, False, 1)
