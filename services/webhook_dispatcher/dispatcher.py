@@ -51,6 +51,8 @@ SECRET_CACHE_S = 5.0
 BUSY_DEFER_MS = 200
 MAX_BUSY_DEFER_MS = 600_000
 SNIPPET_BYTES = 512
+# What the delivery log and the dead letter say about an address the SSRF guard refused.
+BLOCKED_REASON = "blocked: private_address"
 
 
 class Dispatcher:
@@ -427,8 +429,12 @@ class Dispatcher:
                 )
         except aiohttp.ClientConnectorError as exc:
             if isinstance(exc.os_error, BlockedAddress):
-                reason = f"blocked address: {exc.os_error}"
-                decision = Decision("failed", reason=reason, code="blocked")
+                # The tenant sees the reason class only: the address an internal name
+                # resolves to is the operator's business (their log), not the tenant's.
+                log.warning("webhook.blocked", tenant=m.tenant, target=m.target,
+                            host=exc.os_error.host, address=exc.os_error.address,
+                            reason=exc.os_error.reason)  # fmt: skip
+                decision = Decision("failed", reason=BLOCKED_REASON, code="blocked")
             else:
                 decision = self._transient(m, f"connect error: {exc}")
         except (TimeoutError, aiohttp.ClientError, ValueError) as exc:

@@ -166,7 +166,39 @@ async def test_the_ssrf_guard_blocks_loopback_at_connect_time(
         return bool(log) and log[-1]["outcome"] == "failed"
 
     await wait_until(failed, timeout_s=10)
-    assert "blocked" in (await store.deliveries(job_id))[-1]["error"]
+    assert (await store.deliveries(job_id))[-1]["error"] == "blocked: private_address"
+    assert r.calls == []
+
+
+async def test_a_blocked_name_shows_the_tenant_no_resolved_address(
+    queue: JobQueue,
+    redis: Redis,
+    settings: Settings,
+    start_worker: WorkerFactory,
+    start_dispatcher: Callable[[Settings], Dispatcher],
+    receivers: ReceiverFactory,
+) -> None:
+    """A webhook_url whose name resolves to an internal address: the tenant's delivery log
+    and the dead letter say `blocked: private_address`, never what the name resolves to."""
+    r = await receivers()
+    url = r.url.replace("127.0.0.1", "localhost")
+    job_id = await _completed_job(queue, start_worker, url)
+    start_dispatcher(dispatcher_settings(settings, webhook_allow_private=False))
+    store = WebhookStore(queue)
+
+    async def failed() -> bool:
+        log = await store.deliveries(job_id)
+        return bool(log) and log[-1]["outcome"] == "failed"
+
+    await wait_until(failed, timeout_s=10)
+    [attempt] = await store.deliveries(job_id)
+    assert attempt["error"] == "blocked: private_address"
+    [(_, letter)] = await redis.xrange(queue.keys.webhook_dead_letters(0))
+    assert letter["reason"] == "blocked"
+    for shown in (orjson.dumps(attempt).decode(), str(letter)):
+        assert "127.0.0.1" not in shown
+        assert "::1" not in shown
+        assert "loopback" not in shown
     assert r.calls == []
 
 
