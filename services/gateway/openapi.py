@@ -11,6 +11,7 @@ from shared.events import EventType
 _PROBLEM_CODES = [
     "invalid_request", "unauthorized", "not_found", "method_not_allowed", "already_finished",
     "not_ready", "payload_too_large", "unsupported_media_type", "invalid_image",
+    "image_too_complex", "too_many_decodes",
     "image_too_large", "idempotency_key_reused", "rate_limited", "overloaded",
     "internal_error", "endpoint_limit_reached", "endpoint_disabled",
 ]  # fmt: skip
@@ -146,8 +147,15 @@ def openapi_document(server_url: str) -> dict[str, Any]:
                         "401": _problem("unauthorized"),
                         "413": _problem("payload_too_large"),
                         "415": _problem("unsupported_media_type"),
-                        "422": _problem("invalid_image, image_too_large or idempotency_key_reused"),
-                        "429": _problem("rate_limited", _RETRY_AFTER),
+                        "422": _problem(
+                            "invalid_image, image_too_large, image_too_complex or "
+                            "idempotency_key_reused"
+                        ),
+                        "429": _problem(
+                            "rate_limited, or too_many_decodes (the API key already has "
+                            "SPLATQ_DECODE_CONCURRENCY_PER_TENANT uploads being decoded)",
+                            _RETRY_AFTER,
+                        ),
                         "503": _problem("overloaded", _RETRY_AFTER),
                     },
                 }
