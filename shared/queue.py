@@ -47,9 +47,12 @@ class EnqueueResult:
     created: bool
     # For a duplicate: the claim's status (PENDING/PROCESSING/COMPLETED) of the existing job.
     claim_status: str = "PENDING"
-    # Refused because the stream partition already holds `max_backlog` entries.
+    # Refused because the stream partition already holds `max_backlog` entries (scope
+    # 'stream'), or the tenant already has `max_tenant_backlog` unfinished jobs in it
+    # (scope 'tenant').
     overloaded: bool = False
     backlog: int = 0
+    overload_scope: str = ""
     # The new job's record (created only), read in the same script.
     job: JobRecord | None = None
 
@@ -174,10 +177,13 @@ class JobQueue:
 
     # -- producers ---------------------------------------------------------------------
 
-    async def enqueue(self, spec: JobSpec, max_backlog: int = 0) -> EnqueueResult:
+    async def enqueue(
+        self, spec: JobSpec, max_backlog: int = 0, max_tenant_backlog: int = 0
+    ) -> EnqueueResult:
         """Create the job and XADD it in one script; returns once Redis has it. With
         `max_backlog`, a stream partition holding that many entries refuses new work
-        (`overloaded`), while a repeat of a claimed key still gets its job."""
+        (`overloaded`); with `max_tenant_backlog`, so does a tenant with that many unfinished
+        jobs in it. A repeat of a claimed key still gets its job either way."""
         stream = spec.stream
         if spec.idempotency_key:
             partition = self.keys.partition_for(spec.idempotency_key)
@@ -203,6 +209,7 @@ class JobQueue:
             EventType.QUEUED.value,
             events.queued_fields(spec.quality, stream.value),
             max_backlog,
+            max_tenant_backlog,
         ]
         for name, value in fields.items():
             args.extend((name, value))
@@ -215,7 +222,13 @@ class JobQueue:
         if outcome == "duplicate":
             return EnqueueResult(job_id=reply[1], created=False, claim_status=reply[2])
         if outcome == "overloaded":
-            return EnqueueResult(job_id="", created=False, overloaded=True, backlog=int(reply[1]))
+            return EnqueueResult(
+                job_id="",
+                created=False,
+                overloaded=True,
+                backlog=int(reply[1]),
+                overload_scope=str(reply[2]),
+            )
         # 'exists': the id is fresh and ours, so only our own first execution can have made
         # it -- a resend past the replay memo. Answer what that execution did.
         job = await self.get(job_id)

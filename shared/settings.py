@@ -5,6 +5,7 @@ The only module that reads `os.environ`; everything else receives a `Settings` e
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
@@ -103,6 +104,9 @@ class Settings:
     rate_limit_burst: int = 40
     max_backlog_interactive: int = 10_000
     max_backlog_synthesis: int = 2_000
+    # One tenant's share of a stream partition's backlog: past it, that tenant alone gets
+    # 429 tenant_backlog_full while the others still submit (1.0 = no per-tenant bound).
+    tenant_backlog_share: float = 0.25
     sse_keepalive_s: float = 15.0
     # Concurrent event streams (SSE) per gateway process, in all and per tenant; beyond them
     # 429 too_many_streams. Each stream holds one connection of the SSE pool (its own, sized
@@ -200,6 +204,12 @@ class Settings:
         if self.lease_ttl_ms < 100:
             raise SettingsError("SPLATQ_LEASE_TTL_MS must be >= 100")
 
+    def tenant_backlog_limit(self, stream_limit: int) -> int:
+        """A tenant's bound within a stream partition bounded by `stream_limit` (0 = none)."""
+        if stream_limit <= 0 or self.tenant_backlog_share >= 1.0:
+            return 0
+        return max(1, math.ceil(stream_limit * self.tenant_backlog_share))
+
     @property
     def heartbeat_interval_s(self) -> float:
         """Leases are renewed every TTL/3, so two renewals can fail before the lease lapses."""
@@ -266,6 +276,9 @@ class Settings:
             rate_limit_burst=_int(e, "SPLATQ_RATE_LIMIT_BURST", d.rate_limit_burst, 1),
             max_backlog_interactive=_int(
                 e, "SPLATQ_MAX_BACKLOG_INTERACTIVE", d.max_backlog_interactive, 0
+            ),
+            tenant_backlog_share=_float(
+                e, "SPLATQ_TENANT_BACKLOG_SHARE", d.tenant_backlog_share, 0.001, 1.0
             ),
             max_backlog_synthesis=_int(
                 e, "SPLATQ_MAX_BACKLOG_SYNTHESIS", d.max_backlog_synthesis, 0

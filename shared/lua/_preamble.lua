@@ -89,6 +89,30 @@ local function key_tag(key)
   return string.match(key, '^(.-{[^}]*})')
 end
 
+-- A tenant's backlog in one stream of a partition: a sorted set of its unfinished job ids
+-- (queued, processing or retrying), scored by enqueue time. enqueue.lua counts it against
+-- the tenant's share; every exit to a terminal status removes the job (ZREM: a repeat is
+-- harmless). The key hangs under the job key's own `{pN}` tag, so it shares the slot.
+local BACKLOG_MAX_AGE_MS = 7 * 24 * 3600 * 1000
+
+local function backlog_key(tag, stream_name, tenant)
+  return tag .. ':backlog:' .. stream_name .. ':' .. tenant
+end
+
+local function backlog_done(job_key)
+  local f = redis.call('HMGET', job_key, 'id', 'tenant', 'stream')
+  if f[1] and f[3] then
+    redis.call('ZREM', backlog_key(key_tag(job_key), f[3], f[2] or ''), f[1])
+  end
+end
+
+local function backlog_add(job_key, now)
+  local f = redis.call('HMGET', job_key, 'id', 'tenant', 'stream')
+  if f[1] and f[3] then
+    redis.call('ZADD', backlog_key(key_tag(job_key), f[3], f[2] or ''), now, f[1])
+  end
+end
+
 -- Dead-letter a delivered entry whose job record is corrupt: the job fails with a code (when
 -- its status allows), the entry moves to the partition's dead-letter stream and is acked.
 -- Keys are derived under the job key's own tag (same slot).
@@ -103,6 +127,7 @@ local function dead_letter_corrupt(job_key, events_key, stream_key, group, entry
   redis.call('HSET', job_key, 'status', 'failed', 'stage', 'dead_lettered',
     'error_code', 'CORRUPT_JOB_RECORD', 'error_message', detail, 'error_retryable', '0',
     'completed_at_ms', now, 'updated_at_ms', now, 'lease_token', '', 'worker', '')
+  backlog_done(job_key)
   if failed_name and failed_name ~= '' then
     emit(events_key, events_maxlen, job_key, event_id, failed_name,
       '"error_code":"CORRUPT_JOB_RECORD","message":' .. cjson.encode(detail)

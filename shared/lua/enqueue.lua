@@ -3,9 +3,10 @@
 -- KEYS (one slot {pN}): 1 job hash, 2 work stream, 3 events stream, 4 claim key (optional)
 -- ARGV: 1 job_id, 2 event_id, 3 stream_maxlen, 4 events_maxlen, 5 claim_ttl_ms,
 --       6 queued event name, 7 event extra JSON, 8 max backlog of this stream partition
---       (0 = unbounded), 9.. field/value pairs for the job hash
+--       (0 = unbounded), 9 max backlog of this tenant in it (0 = unbounded),
+--       10.. field/value pairs for the job hash (they include 'tenant' and 'stream')
 -- Returns {'created', job_id, entry_id, flat job hash...} | {'duplicate', job_id, claim_status} |
---         {'exists', job_id} | {'overloaded', backlog}
+--         {'exists', job_id} | {'overloaded', backlog, scope ('tenant' | 'stream')}
 local job_id = ARGV[1]
 if redis.call('EXISTS', KEYS[1]) == 1 then
   return {'exists', job_id}
@@ -17,21 +18,39 @@ if KEYS[4] then
     return {'duplicate', held[2], held[1]}
   end
 end
+local fields = {}
+local tenant, stream_name = '', ''
+for i = 10, #ARGV, 2 do
+  fields[#fields + 1] = ARGV[i]
+  fields[#fields + 1] = ARGV[i + 1]
+  if ARGV[i] == 'tenant' then tenant = ARGV[i + 1] end
+  if ARGV[i] == 'stream' then stream_name = ARGV[i + 1] end
+end
+local now = now_ms()
+local tenant_backlog = backlog_key(key_tag(KEYS[1]), stream_name, tenant)
+local max_tenant = tonumber(ARGV[9])
+if max_tenant > 0 then
+  -- The tenant's own share first: one tenant at its limit is refused alone, and the stream
+  -- keeps room for every other tenant.
+  redis.call('ZREMRANGEBYSCORE', tenant_backlog, '-inf', now - BACKLOG_MAX_AGE_MS)
+  local mine = redis.call('ZCARD', tenant_backlog)
+  if mine >= max_tenant then
+    return {'overloaded', mine, 'tenant'}
+  end
+end
 local max_backlog = tonumber(ARGV[8])
 if max_backlog > 0 then
   -- Acked entries are deleted, so XLEN is exactly the waiting + running work.
   local backlog = redis.call('XLEN', KEYS[2])
   if backlog >= max_backlog then
-    return {'overloaded', backlog}
+    return {'overloaded', backlog, 'stream'}
   end
 end
 if KEYS[4] then
   redis.call('SET', KEYS[4], 'PENDING ' .. job_id, 'PX', ARGV[5])
 end
-local now = now_ms()
-local fields = {}
-for i = 9, #ARGV do fields[#fields + 1] = ARGV[i] end
 redis.call('HSET', KEYS[1], unpack(fields))
+redis.call('ZADD', tenant_backlog, now, job_id)
 redis.call('HSET', KEYS[1], 'id', job_id, 'status', 'queued', 'attempts', 0,
   'deliveries', 0, 'progress', 0, 'stage', 'queued', 'created_at_ms', now,
   'updated_at_ms', now, 'claim_key', KEYS[4] or '')

@@ -52,6 +52,7 @@ if terminal then
     redis.call('HDEL', KEYS[1], 'error_code', 'error_message', 'error_retryable')
   end
   redis.call('PEXPIRE', KEYS[1], ARGV[9])
+  backlog_done(KEYS[1])
 elseif target == 'retrying' then
   redis.call('HSET', KEYS[1], 'stage', 'retrying',
     'next_attempt_at_ms', now + tonumber(ARGV[10]))

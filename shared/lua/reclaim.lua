@@ -42,6 +42,7 @@ if deliveries >= tonumber(ARGV[3]) and can_move(status, 'failed') then
     'updated_at_ms', now, 'stage', 'dead_lettered', 'worker', '', 'lease_until_ms', 0,
     'lease_token', '')
   redis.call('PEXPIRE', KEYS[1], ARGV[8])
+  backlog_done(KEYS[1])
   if KEYS[6] then set_claim(KEYS[6], job_id, 'FAILED', ARGV[9]) end
   emit(KEYS[5], ARGV[5], KEYS[1], ARGV[4], ARGV[7],
     '"error_code":"dead_lettered","message":' .. cjson.encode(msg) .. ',"retryable":false')

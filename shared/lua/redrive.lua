@@ -23,6 +23,7 @@ redis.call('HSET', KEYS[2], 'status', 'queued', 'stage', 'redriven', 'deliveries
 redis.call('HDEL', KEYS[2], 'error_code', 'error_message', 'error_retryable', 'completed_at_ms')
 redis.call('HINCRBY', KEYS[2], 'redrives', 1)
 redis.call('PERSIST', KEYS[2])
+backlog_add(KEYS[2], now)
 local entry_id = redis.call('XADD', KEYS[3], 'MAXLEN', '~', ARGV[2], '*',
   'v', '1', 'job', job_id, 'trace', st[3] or '', 'claim', KEYS[5] or '')
 redis.call('HSET', KEYS[2], 'entry_id', entry_id)

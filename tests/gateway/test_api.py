@@ -306,7 +306,7 @@ async def test_backlog_limit_answers_503_with_retry_after_and_keeps_nothing(
     make_client: ClientFactory, redis: Redis, storage: LocalFileStorage
 ) -> None:
     """A full interactive stream refuses new work at the door (503 overloaded)."""
-    client = await make_client(max_backlog_interactive=2)
+    client = await make_client(max_backlog_interactive=2, tenant_backlog_share=1.0)
     for i in range(2):
         resp = await client.post(
             "/v1/jobs",
@@ -322,6 +322,41 @@ async def test_backlog_limit_answers_503_with_retry_after_and_keeps_nothing(
     jobs = [k async for k in redis.scan_iter("splatq:*:job:*") if not k.endswith(":events")]
     assert len(jobs) == 2
     assert len(list((storage.root / "inputs").rglob("*.png"))) == 2
+
+
+async def test_a_tenant_at_its_backlog_share_is_refused_alone(
+    make_client: ClientFactory, redis: Redis, storage: LocalFileStorage
+) -> None:
+    """Tenant A with its share (25 % of 8 = 2 unfinished jobs) full gets 429
+    tenant_backlog_full and leaves nothing behind; tenant B still gets 202; canceling one of
+    A's jobs gives A room again."""
+    client = await make_client(max_backlog_interactive=8, tenant_backlog_share=0.25)
+    ids = []
+    for i in range(2):
+        resp = await client.post(
+            "/v1/jobs",
+            data=form(corpus.valid_png(8 + i, 8), {"quality": "preview"}),
+            headers=AUTH_A,
+        )
+        assert resp.status == 202
+        ids.append((await resp.json())["id"])
+    resp = await client.post(
+        "/v1/jobs", data=form(corpus.valid_png(30, 8), {"quality": "preview"}), headers=AUTH_A
+    )
+    await problem(resp, 429, "tenant_backlog_full")
+    assert int(resp.headers["Retry-After"]) >= 1
+    assert len(list((storage.root / "inputs").rglob("*.png"))) == 2
+    for i in range(2):  # B's own share, untouched by A's
+        resp = await client.post(
+            "/v1/jobs", data=form(corpus.valid_png(40 + i, 8), {"quality": "preview"}),
+            headers=AUTH_B,
+        )  # fmt: skip
+        assert resp.status == 202
+    assert (await client.post(f"/v1/jobs/{ids[0]}/cancel", headers=AUTH_A)).status in {200, 202}
+    resp = await client.post(
+        "/v1/jobs", data=form(corpus.valid_png(31, 8), {"quality": "preview"}), headers=AUTH_A
+    )
+    assert resp.status == 202
 
 
 async def test_health_ready_metrics_openapi(client: Client) -> None:

@@ -12,7 +12,7 @@ import pytest
 from redis.asyncio import Redis
 
 from shared.errors import CORRUPT_JOB_RECORD, INVALID_OUTCOME
-from shared.jobs import JobOutcome
+from shared.jobs import JobOutcome, JobSpec
 from shared.keys import StreamName
 from shared.queue import JobQueue
 from shared.redis_client import connect
@@ -26,6 +26,7 @@ from tests.conftest import (
     finish_or_cancel,
     spec,
     wait_for_status,
+    wait_until,
 )
 from tests.faultproxy import FaultProxy
 from tests.handlers import BehaviourHandler, runs_key
@@ -289,3 +290,31 @@ async def test_an_unsendable_call_fails_alone_in_its_pipeline(queue: JobQueue) -
     results = await queue.scripts.run_many([bad, good])
     assert isinstance(results[0], TypeError)
     assert results[1][0] == 1
+
+
+# -- per-tenant backlog -----------------------------------------------------------------------
+
+
+async def test_a_tenants_backlog_share_is_freed_by_every_way_a_job_ends(
+    queue: JobQueue, redis: Redis, start_worker: WorkerFactory
+) -> None:
+    """With a tenant bound of 1, the tenant's second job is refused (scope 'tenant') while
+    another tenant's is not; completion and dead-lettering each free the share."""
+    first = await queue.enqueue(spec(), max_tenant_backlog=1)
+    refused = await queue.enqueue(spec(), max_tenant_backlog=1)
+    assert refused.overloaded
+    assert refused.overload_scope == "tenant"
+    other = await queue.enqueue(
+        JobSpec(tenant="other", quality="preview", metadata={}), max_tenant_backlog=1
+    )
+    assert other.created
+    await start_worker()
+    await wait_for_status(queue, first.job_id, {"completed"})
+    corrupt = await queue.enqueue(spec(), max_tenant_backlog=1)
+    assert corrupt.created
+    await redis.hset(queue.keys.job(corrupt.job_id), "attempts", "x")  # dead-lettered on take
+
+    async def admitted() -> bool:
+        return (await queue.enqueue(spec(), max_tenant_backlog=1)).created
+
+    await wait_until(admitted)
