@@ -146,8 +146,10 @@ class GpuJobHandler:
         await ctx.progress(0.85, "writing_artifacts")
         staged = await stage_and_verify(self.storage, ctx.job.id, encoded)
         try:
-            # The last stage boundary: a job canceled now commits nothing.
-            ctx.raise_if_stopped()
+            # The last stage boundary, checked against Redis (not only the local flag): a job
+            # canceled, or taken over by another worker, now commits nothing. What remains is
+            # the window of one round trip plus the renames (see docs/gpu-worker.md).
+            await ctx.progress(0.95, "committing_artifacts")
         except BaseException:
             await discard_all(self.storage, staged)
             raise
