@@ -49,6 +49,7 @@ EVENTS_RECLAIM_IDLE_MS = 30_000
 CLAIM_BATCH = 100
 SECRET_CACHE_S = 5.0
 BUSY_DEFER_MS = 200
+FIRST_LOOK_MS = 20
 MAX_BUSY_DEFER_MS = 600_000
 SNIPPET_BYTES = 512
 # What the delivery log and the dead letter say about an address the SSRF guard refused.
@@ -78,6 +79,7 @@ class Dispatcher:
         self._open_circuits: dict[str, int] = {}  # endpoint id -> open until (ms), as seen here
         self._busy: dict[str, int] = {}  # target -> attempts in flight
         self._tenant_busy: dict[str, int] = {}  # "tenant:<name>" -> attempts in flight
+        self._tenant_since: dict[str, float] = {}  # ... since when (monotonic s)
         # Keyed by target or "tenant:<name>": recent attempt latency (EWMA), and until when
         # its capacity is booked (ms).
         self._latency_ms: dict[str, float] = {}
@@ -274,10 +276,15 @@ class Dispatcher:
 
     def _count(self, m: Message, change: int) -> None:
         """Count an attempt in (+1) or out (-1) of its target's and its tenant's shares."""
-        for counts, key in ((self._busy, _target_key(m)), (self._tenant_busy, _tenant_key(m))):
+        tenant = _tenant_key(m)
+        for counts, key in ((self._busy, _target_key(m)), (self._tenant_busy, tenant)):
             left = counts.pop(key, 0) + change
             if left > 0:
                 counts[key] = left
+        if tenant in self._tenant_busy:
+            self._tenant_since.setdefault(tenant, time.monotonic())
+        else:
+            self._tenant_since.pop(tenant, None)
 
     def _tenant_limit(self, tenant: str) -> int:
         """How many attempts `tenant` may have in flight now (counting it among the tenants
@@ -333,9 +340,18 @@ class Dispatcher:
                 limit = self.settings.webhook_concurrency_per_endpoint
                 delay, reason = self._busy_delay(_target_key(m), limit), "target_busy"
             else:
-                tenant = _tenant_key(m)
-                delay = self._busy_delay(tenant, self._tenant_limit(tenant))
-                reason = "tenant_busy"
+                tenant, reason = _tenant_key(m), "tenant_busy"
+                if tenant in self._latency_ms:
+                    delay = self._busy_delay(tenant, self._tenant_limit(tenant))
+                else:
+                    # Not measured yet (its first attempts are in flight): look again after
+                    # as long as they have been running (so a fast tenant's first surplus is
+                    # back within milliseconds, unlimited, and a slow one's is looked at a
+                    # few times, not booked far ahead on a guess).
+                    since = self._tenant_since.get(tenant, time.monotonic())
+                    waited = int((time.monotonic() - since) * 1000)
+                    delay = min(max(FIRST_LOOK_MS, waited), MAX_BUSY_DEFER_MS)
+                    delay += self._rng.randint(0, FIRST_LOOK_MS)
             result = AttemptResult(m, "deferred", delay, None, code=reason)
             if self.metrics is not None:
                 self.metrics.deferred.labels(reason).inc()
