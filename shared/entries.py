@@ -25,7 +25,7 @@ def entry_problem(fields: Mapping[str, str], partition: int) -> tuple[str, str] 
         return UNSUPPORTED_VERSION, (
             f"entry format version {fields['v']!r}; this worker reads {JOB_FORMAT_VERSION!r}"
         )
-    match = JOB_ID_RE.match(fields["job"])
+    match = JOB_ID_RE.fullmatch(fields["job"])
     if match is None:
         return BAD_JOB_ID, f"{fields['job'][:100]!r} is not a job id"
     if int(match.group(1)) != partition:

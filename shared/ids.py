@@ -12,7 +12,7 @@ import time
 
 _CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
 _TO_CROCKFORD = bytes.maketrans(b"ABCDEFGHIJKLMNOPQRSTUVWXYZ234567", _CROCKFORD.encode())
-JOB_ID_RE = re.compile(r"^job_(\d{3})([0-9A-HJKMNP-TV-Z]{26})$")
+JOB_ID_RE = re.compile(r"job_(\d{3})([0-9A-HJKMNP-TV-Z]{26})")  # use fullmatch
 
 
 def ulid(now_ms: int | None = None) -> str:
@@ -35,14 +35,14 @@ def new_job_id(partition: int) -> str:
 
 def partition_of(job_id: str) -> int:
     """The partition encoded in a job id; `ValueError` for anything that is not a job id."""
-    match = JOB_ID_RE.match(job_id)
+    match = JOB_ID_RE.fullmatch(job_id)
     if match is None:
         raise ValueError(f"not a job id: {job_id!r}")
     return int(match.group(1))
 
 
 def is_job_id(value: str) -> bool:
-    return JOB_ID_RE.match(value) is not None
+    return JOB_ID_RE.fullmatch(value) is not None
 
 
 def new_event_id() -> str:

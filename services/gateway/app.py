@@ -1,7 +1,8 @@
 """The aiohttp application: `create_app(settings)` wires Redis, storage, metrics and routes.
 
 Handlers only translate HTTP to engine calls (`JobQueue`, `Storage`); errors are `ApiError`s
-rendered once, as problem+json, by the middleware here.
+rendered once, as problem+json, by the middleware here, which also maps an unreachable Redis
+or storage to 503 `unavailable` and a client that went away to no error at all.
 """
 
 from __future__ import annotations
@@ -15,21 +16,28 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 import structlog
 from aiohttp import web
 from prometheus_client import REGISTRY, CollectorRegistry
+from redis.exceptions import ClusterDownError, OutOfMemoryError, ReadOnlyError, TryAgainError
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from services.gateway.decode_slots import DecodeSlots
-from services.gateway.metrics import GatewayMetrics
+from services.gateway.metrics import GatewayMetrics, method_label
 from services.gateway.problems import ApiError, problem_response
+from services.gateway.stream_caps import StreamCaps
 from shared.ids import new_trace_id
 from shared.metrics import EngineMetrics
 from shared.queue import JobQueue
 from shared.redis_client import connect
 from shared.settings import Settings
-from shared.storage import Storage, open_storage
+from shared.storage import Storage, StorageUnavailable, open_storage
 
 log = structlog.get_logger("splatq.gateway")
 
 SETTINGS = web.AppKey("settings", Settings)
 QUEUE = web.AppKey("queue", JobQueue)
+# The same engine API on the SSE pool: blocking reads only (see redis_ctx).
+SSE_QUEUE = web.AppKey("sse_queue", JobQueue)
+STREAM_CAPS = web.AppKey("stream_caps", StreamCaps)
 STORAGE = web.AppKey("storage", Storage)
 METRICS = web.AppKey("metrics", GatewayMetrics)
 REGISTRY_KEY = web.AppKey("registry", CollectorRegistry)
@@ -38,6 +46,29 @@ TRACE_ID = web.RequestKey("trace_id", str)
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 _TRACEPARENT_LEN = 55
+UNAVAILABLE_RETRY_AFTER_S = 5
+# What an unreachable, loading, failing-over or full Redis raises, and storage that is down:
+# the request may succeed later, so 503 with Retry-After, not a 500.
+UNAVAILABLE_ERRORS = (
+    RedisConnectionError,
+    RedisTimeoutError,
+    ClusterDownError,
+    TryAgainError,
+    ReadOnlyError,
+    OutOfMemoryError,
+    StorageUnavailable,
+)
+# nginx's "client closed request": counted, never as a server error.
+CLIENT_CLOSED_STATUS = 499
+
+
+def _request_id(request: web.Request) -> str:
+    """The caller's X-Request-ID when it is visible ASCII (it is echoed in a header and in
+    logs), else a new one."""
+    given = request.headers.get("X-Request-ID", "")[:128]
+    if given and given.isascii() and given.isprintable():
+        return given
+    return secrets.token_hex(8)
 
 
 def _trace_id(request: web.Request) -> str:
@@ -53,13 +84,14 @@ def _trace_id(request: web.Request) -> str:
 @web.middleware
 async def observe(request: web.Request, handler: Handler) -> web.StreamResponse:
     """Request/trace ids on every response and log line; access log; problem+json errors."""
-    request_id = request.headers.get("X-Request-ID", "")[:128] or secrets.token_hex(8)
+    request_id = _request_id(request)
     trace_id = _trace_id(request)
     request[TRACE_ID] = trace_id
     structlog.contextvars.bind_contextvars(request_id=request_id, trace_id=trace_id)
     started = time.perf_counter()
     resource = request.match_info.route.resource
     route = resource.canonical if resource is not None else "unmatched"
+    status = 500
     try:
         try:
             response = await handler(request)
@@ -82,24 +114,38 @@ async def observe(request: web.Request, handler: Handler) -> web.StreamResponse:
             if exc.status < 400:
                 raise  # redirects and the like are not errors
             response = problem_response(ApiError(exc.status, "http_error", exc.reason))
-        except asyncio.CancelledError:
+        except (asyncio.CancelledError, ConnectionResetError):
+            # The client went away (aiohttp ignores the error once it is re-raised); the
+            # request ends here, and that is nobody's fault.
+            status = CLIENT_CLOSED_STATUS
             raise
+        except UNAVAILABLE_ERRORS as exc:
+            log.warning("http.unavailable", error=type(exc).__name__, detail=str(exc)[:300])
+            response = problem_response(
+                ApiError(
+                    503,
+                    "unavailable",
+                    "the job store is unreachable; retry later",
+                    {"Retry-After": str(UNAVAILABLE_RETRY_AFTER_S)},
+                )
+            )
         except Exception:
             log.exception("http.unhandled", path=request.path)
             response = problem_response(ApiError(500, "internal_error", "unexpected error"))
+        status = response.status
         if not response.prepared:
             response.headers["X-Request-ID"] = request_id
             response.headers["X-Trace-ID"] = trace_id
         return response
     finally:
         elapsed = time.perf_counter() - started
-        status = getattr(locals().get("response"), "status", 500)
+        method = method_label(request.method)
         metrics = request.app[METRICS]
-        metrics.requests.labels(route, request.method, str(status)).inc()
+        metrics.requests.labels(route, method, str(status)).inc()
         metrics.latency.labels(route).observe(elapsed)
         log.info(
             "http.request",
-            method=request.method,
+            method=method,
             route=route,
             status=status,
             duration_ms=round(elapsed * 1000, 2),
@@ -128,19 +174,34 @@ def create_app(
     app[STORAGE] = storage or open_storage(
         settings.storage_url, settings.storage_root, s3_endpoint_url=settings.s3_endpoint_url
     )
+    app[STREAM_CAPS] = StreamCaps(settings.sse_max_streams, settings.sse_max_streams_per_tenant)
     engine_metrics = EngineMetrics.create(registry)
 
     async def redis_ctx(app: web.Application) -> AsyncIterator[None]:
-        redis = connect(settings.redis_url, client_name="splatq-gateway", max_connections=256)
+        redis = connect(
+            settings.redis_url,
+            client_name="splatq-gateway",
+            max_connections=settings.redis_max_connections,
+        )
+        # A blocking read (XREAD BLOCK) holds its connection for up to a keep-alive interval;
+        # on the shared pool a few hundred streams starved every other request. Streams get
+        # their own pool, one connection per stream the caps admit, so it never waits.
+        sse_redis = connect(
+            settings.redis_url,
+            client_name="splatq-gateway-sse",
+            max_connections=settings.sse_max_streams,
+        )
         queue = JobQueue(redis, settings)
         await queue.setup()
         app[QUEUE] = queue
+        app[SSE_QUEUE] = JobQueue(sse_redis, settings)
         sampler = asyncio.create_task(_sample_queues(engine_metrics, queue))
         yield
         sampler.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await sampler
         await redis.aclose()
+        await sse_redis.aclose()
         close = getattr(app[STORAGE], "close", None)
         if close is not None:
             await close()

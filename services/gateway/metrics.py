@@ -1,5 +1,5 @@
 """Prometheus metrics of the gateway: requests by route and status, latency, submissions by
-outcome. Definitions only."""
+outcome. Definitions, and the bounding of label values that come from requests."""
 
 from __future__ import annotations
 
@@ -7,12 +7,21 @@ from dataclasses import dataclass
 
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Histogram
 
+# The methods a label may name; anything else a client sends is counted as `other`, so no
+# request can create a new time series.
+KNOWN_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
+
+
+def method_label(method: str) -> str:
+    return method if method in KNOWN_METHODS else "other"
+
 
 @dataclass(frozen=True, slots=True)
 class GatewayMetrics:
     requests: Counter
     latency: Histogram
     submissions: Counter
+    streams_refused: Counter
 
     @classmethod
     def create(cls, registry: CollectorRegistry = REGISTRY) -> GatewayMetrics:
@@ -34,6 +43,11 @@ class GatewayMetrics:
                 "splatq_submissions_total",
                 "Job submissions by outcome (created, duplicate, cached, rejected codes)",
                 ["outcome"],
+                registry=registry,
+            ),
+            streams_refused=Counter(
+                "splatq_sse_streams_refused_total",
+                "Event streams refused by the per-tenant or per-process cap (429)",
                 registry=registry,
             ),
         )

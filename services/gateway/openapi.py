@@ -12,8 +12,10 @@ _PROBLEM_CODES = [
     "invalid_request", "unauthorized", "not_found", "method_not_allowed", "already_finished",
     "not_ready", "payload_too_large", "unsupported_media_type", "invalid_image",
     "image_too_complex", "too_many_decodes",
-    "image_too_large", "idempotency_key_reused", "rate_limited", "overloaded",
-    "internal_error", "endpoint_limit_reached", "endpoint_disabled",
+    "image_too_large", "idempotency_key_reused", "rate_limited", "tenant_backlog_full",
+    "overloaded",
+    "internal_error", "endpoint_limit_reached", "endpoint_disabled", "too_many_streams",
+    "unavailable",
 ]  # fmt: skip
 
 
@@ -36,9 +38,11 @@ _JOB_ID = {
 }  # fmt: skip
 _EVENT_ID = {"type": "string", "pattern": "^[0-9]{1,20}-[0-9]{1,20}$"}  # else 400
 _JOB = {"application/json": {"schema": {"$ref": "#/components/schemas/Job"}}}
+_UNAVAILABLE = _problem("unavailable: Redis or storage unreachable; retry later", _RETRY_AFTER)
 _COMMON = {
     "401": _problem("missing or unknown API key"),
     "404": _problem("no such job (or another tenant's)"),
+    "503": _UNAVAILABLE,
 }
 
 
@@ -56,6 +60,7 @@ def _secret_responses(description: str) -> dict[str, Any]:
     return {
         "200": {"description": description, "content": {"application/json": {"schema": schema}}},
         "401": _problem("missing or unknown API key"),
+        "503": _UNAVAILABLE,
     }
 
 
@@ -156,7 +161,11 @@ def openapi_document(server_url: str) -> dict[str, Any]:
                             "SPLATQ_DECODE_CONCURRENCY_PER_TENANT uploads being decoded)",
                             _RETRY_AFTER,
                         ),
-                        "503": _problem("overloaded", _RETRY_AFTER),
+                        "503": _problem(
+                            "overloaded (the queue is full) or unavailable (Redis or storage "
+                            "unreachable)",
+                            _RETRY_AFTER,
+                        ),
                     },
                 }
             },
@@ -220,7 +229,8 @@ def openapi_document(server_url: str) -> dict[str, Any]:
                     "operationId": "jobEvents",
                     "description": "Server-Sent Events: `id:` (resume with Last-Event-ID), "
                     "`event:` (an event name) and `data:` (the webhook payload). The stream "
-                    "ends after the terminal event; `: keep-alive` comments in between.",
+                    "ends after the terminal event; `: keep-alive` comments in between. Open "
+                    "streams are capped per API key and per gateway (429 too_many_streams).",
                     "parameters": [
                         _JOB_ID,
                         {
@@ -245,6 +255,12 @@ def openapi_document(server_url: str) -> dict[str, Any]:
                             "content": {"text/event-stream": {"schema": {"type": "string"}}},
                         },
                         "400": _problem("invalid_request: malformed Last-Event-ID"),
+                        "429": _problem(
+                            "too_many_streams: the API key's (SPLATQ_SSE_MAX_STREAMS_PER_TENANT)"
+                            " or the gateway's (SPLATQ_SSE_MAX_STREAMS) open streams are at "
+                            "their cap",
+                            _RETRY_AFTER,
+                        ),
                         **_COMMON,
                     },
                 }
@@ -479,6 +495,7 @@ _ENDPOINT = {"application/json": {"schema": {"$ref": "#/components/schemas/Webho
 _ENDPOINT_404 = {
     "401": _problem("missing or unknown API key"),
     "404": _problem("no such webhook endpoint (or another tenant's)"),
+    "503": _UNAVAILABLE,
 }
 _JSON_BODY_ERRORS = {
     "400": _problem("invalid_request: bad JSON, unknown field, bad url or event name"),

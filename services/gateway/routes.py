@@ -7,6 +7,7 @@ Handlers translate HTTP to engine calls and back; policy lives in `shared/` and 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
 import hashlib
 import math
@@ -24,7 +25,9 @@ from services.gateway.app import (
     QUEUE,
     REGISTRY_KEY,
     SETTINGS,
+    SSE_QUEUE,
     STORAGE,
+    STREAM_CAPS,
     TRACE_ID,
 )
 from services.gateway.auth import authenticate
@@ -44,19 +47,23 @@ from shared.webhook_store import WebhookStore
 
 log = structlog.get_logger("splatq.gateway")
 
-_STREAM_ID_RE = re.compile(r"^[0-9]{1,20}-[0-9]{1,20}$")
+_STREAM_ID_RE = re.compile(r"[0-9]{1,20}-[0-9]{1,20}")
 _U64_MAX = 2**64 - 1
 
 
 def _valid_stream_id(value: str) -> bool:
     """A Redis stream id Redis itself accepts: two ASCII unsigned 64-bit integers."""
-    if not _STREAM_ID_RE.match(value):
+    if not _STREAM_ID_RE.fullmatch(value):
         return False
     ms, _, seq = value.partition("-")
     return int(ms) <= _U64_MAX and int(seq) <= _U64_MAX
 
 
 OVERLOAD_RETRY_AFTER_S = 5
+STREAMS_RETRY_AFTER_S = 5
+# A claim whose job failed or was canceled is no claim (see `_enqueue`); how many such
+# claims in a row a submission steps over before it gives up single-flight.
+MAX_STALE_CLAIM_HOPS = 3
 
 
 def add_routes(app: web.Application) -> None:
@@ -133,20 +140,18 @@ async def submit_job(request: web.Request) -> web.Response:
     model_id = f"{settings.model}:{settings.model_checkpoint}"
     content_key = _content_key(tenant, image, params.quality, model_id)
 
-    # A completed identical job is answered at once (cache), unless the client opted out.
-    if params.cache and idem_header:
+    logical_key = f"idempotency:{tenant}:{idem_header}" if idem_header else ""
+    # A completed identical job is answered at once (cache), unless the client opted out;
+    # a key already in use goes on to its own job (same request) or to 422 (another one).
+    if params.cache and idem_header and not await _key_in_use(queue, logical_key):
         cached = await _cached_job(queue, tenant, content_key)
         if cached is not None:
             counter.labels("cached").inc()
             return _json(job_view(cached, settings.public_base_url, cached=True))
 
     stream = QUALITY_STREAMS[params.quality]
-    if idem_header:
-        logical_key = f"idempotency:{tenant}:{idem_header}"
-    elif params.cache:
+    if not idem_header and params.cache:
         logical_key = content_key  # single-flight: identical submissions share one job
-    else:
-        logical_key = ""
     spec = JobSpec(
         tenant=tenant,
         quality=params.quality,
@@ -161,7 +166,12 @@ async def submit_job(request: web.Request) -> web.Response:
         idempotency_key=logical_key,
         request_fingerprint=submission.request_fingerprint(image.sha256),
     )
-    return await _enqueue(request, queue, spec, submission, image, stream, bool(idem_header))
+    response, job, created = await _enqueue(
+        request, queue, spec, submission, image, stream, bool(idem_header)
+    )
+    if created and idem_header and params.cache:
+        await _claim_content(queue, content_key, job.id)
+    return response
 
 
 def _content_key(tenant: str, image: ValidatedImage, quality: str, model_id: str) -> str:
@@ -169,12 +179,30 @@ def _content_key(tenant: str, image: ValidatedImage, quality: str, model_id: str
     return f"content:{tenant}:{digest}"
 
 
+async def _key_in_use(queue: JobQueue, logical_key: str) -> bool:
+    claim = await queue.claim_status(logical_key)
+    return claim is not None and claim[0] != "FAILED"
+
+
 async def _cached_job(queue: JobQueue, tenant: str, content_key: str) -> JobRecord | None:
+    """The completed job holding the content claim. Judged by the job, not by the claim's
+    status: a keyed job's content claim (`_claim_content`) is never moved by the engine."""
     claim = await queue.claim_status(content_key)
-    if claim is None or claim[0] != "COMPLETED":
+    if claim is None:
         return None
     job = await queue.get(claim[1])
     return job if job is not None and job.tenant == tenant and job.status == "completed" else None
+
+
+async def _claim_content(queue: JobQueue, content_key: str, job_id: str) -> None:
+    """Record a new keyed job under its content key too, so that identical submissions
+    without the key join it while it runs and are answered from the cache once it completed.
+
+    The engine moves one claim per job (here the Idempotency-Key's); this one stays PENDING,
+    so readers judge by the job's status (`_cached_job`, and `_enqueue` steps over a claim
+    whose job failed). Losing it to an identical job that holds it already is fine.
+    """
+    await queue.claim(content_key, job_id)
 
 
 async def _enqueue(
@@ -185,7 +213,8 @@ async def _enqueue(
     image: ValidatedImage,
     stream: StreamName,
     keyed: bool,
-) -> web.Response:
+) -> tuple[web.Response, JobRecord, bool]:
+    """Store the input, enqueue; (the answer, its job, whether the job is new)."""
     settings = request.app[SETTINGS]
     storage = request.app[STORAGE]
     counter = request.app[METRICS].submissions
@@ -194,15 +223,44 @@ async def _enqueue(
         if stream == StreamName.INTERACTIVE
         else settings.max_backlog_synthesis
     )
+    tenant_limit = settings.tenant_backlog_limit(limit)
     # Store the input first: once the job is in the stream a worker may start it at once.
     # Inputs are content-addressed, so a repeat or a concurrent twin writes the same object.
     existed = not await storage.put_if_absent(spec.input_ref, submission.image)
-    result = await queue.enqueue(spec, max_backlog=limit)
+    result = await queue.enqueue(spec, max_backlog=limit, max_tenant_backlog=tenant_limit)
+    job = result.job
+    hops = 0
+    while not keyed and not result.created and not result.overloaded:
+        job = await queue.get(result.job_id)
+        if job is None or job.status not in {"failed", "canceled"}:
+            break
+        if hops == MAX_STALE_CLAIM_HOPS:
+            spec = dataclasses.replace(spec, idempotency_key="")  # compute, without a claim
+        else:
+            # The claim outlived its job's failure (a keyed job's content claim, a dead
+            # letter's claim): a failed or canceled job never blocks a resubmission. The
+            # successor key keeps identical resubmissions on one new job.
+            hops += 1
+            spec = dataclasses.replace(
+                spec, idempotency_key=f"{spec.idempotency_key}|after:{result.job_id}"
+            )
+        result = await queue.enqueue(spec, max_backlog=limit, max_tenant_backlog=tenant_limit)
+        job = result.job
     if result.overloaded:
         if not existed:
             # Leave nothing behind for a refused request (a concurrent twin that needs the
             # same object re-uploads it: content-addressed writes are idempotent).
             await storage.delete(spec.input_ref)
+        if result.overload_scope == "tenant":
+            # This tenant's own share of the queue is full; every other tenant still submits.
+            counter.labels("tenant_backlog_full").inc()
+            raise ApiError(
+                429,
+                "tenant_backlog_full",
+                f"this tenant already has {result.backlog} unfinished {stream.value} jobs, its"
+                " share of the queue; retry when some have finished",
+                {"Retry-After": str(OVERLOAD_RETRY_AFTER_S)},
+            )
         counter.labels("overloaded").inc()
         raise ApiError(
             503,
@@ -210,7 +268,7 @@ async def _enqueue(
             f"the {stream.value} queue is full ({result.backlog} jobs); retry later",
             {"Retry-After": str(OVERLOAD_RETRY_AFTER_S)},
         )
-    job = result.job or await queue.get(result.job_id)
+    job = job or await queue.get(result.job_id)
     if job is None:  # the claimed job expired between the claim and this read
         raise ApiError(503, "overloaded", "retry the request", {"Retry-After": "1"})
     base = settings.public_base_url
@@ -218,7 +276,7 @@ async def _enqueue(
     if result.created:
         counter.labels("created").inc()
         log.info("job.submitted", job_id=job.id, stream=stream.value, quality=spec.quality)
-        return _json(job_view(job, base), 202, location)
+        return _json(job_view(job, base), 202, location), job, True
     if keyed and job.request_fingerprint != spec.request_fingerprint:
         counter.labels("idempotency_key_reused").inc()
         raise ApiError(
@@ -226,9 +284,9 @@ async def _enqueue(
         )
     if job.status == "completed":
         counter.labels("cached").inc()
-        return _json(job_view(job, base, cached=not keyed), 200, location)
+        return _json(job_view(job, base, cached=not keyed), 200, location), job, False
     counter.labels("duplicate").inc()
-    return _json(job_view(job, base), 202, location)
+    return _json(job_view(job, base), 202, location), job, False
 
 
 # -- read, cancel, artifacts --------------------------------------------------------------
@@ -296,11 +354,10 @@ async def get_artifact(request: web.Request) -> web.StreamResponse:
 
 async def job_events(request: web.Request) -> web.StreamResponse:
     """The job's events as Server-Sent Events, resumable with Last-Event-ID; the stream ends
-    after the terminal event."""
+    after the terminal event. Open streams are capped per tenant and per process (429)."""
     settings = request.app[SETTINGS]
     tenant = authenticate(request, settings.api_keys)
     job = await _owned_job(request, tenant)
-    queue = request.app[QUEUE]
     after = request.headers.get("Last-Event-ID") or request.query.get("last_event_id") or "0-0"
     if not _valid_stream_id(after):
         raise ApiError(
@@ -308,6 +365,28 @@ async def job_events(request: web.Request) -> web.StreamResponse:
             "invalid_request",
             "Last-Event-ID must be an event id of this stream (as sent in the id: field)",
         )
+    caps = request.app[STREAM_CAPS]
+    refused = caps.try_open(tenant)
+    if refused is not None:
+        request.app[METRICS].streams_refused.inc()
+        raise ApiError(
+            429,
+            "too_many_streams",
+            f"{refused}; close one, or poll GET /v1/jobs/{{id}}",
+            {"Retry-After": str(STREAMS_RETRY_AFTER_S)},
+        )
+    try:
+        return await _stream_events(request, job.id, after)
+    finally:
+        caps.close(tenant)
+
+
+async def _stream_events(request: web.Request, job_id: str, after: str) -> web.StreamResponse:
+    """Write the job's events from `after` on; blocking reads use the SSE pool. A client
+    that goes away surfaces as ConnectionResetError at the next write (the middleware
+    counts it as 499, not as an error)."""
+    settings = request.app[SETTINGS]
+    queue = request.app[SSE_QUEUE]
     response = web.StreamResponse(
         headers={
             "Content-Type": "text/event-stream",
@@ -319,10 +398,10 @@ async def job_events(request: web.Request) -> web.StreamResponse:
     block_ms = max(50, int(settings.sse_keepalive_s * 1000))
     while True:
         try:
-            events = await queue.job_history(job.id, after, block_ms=block_ms)
+            events = await queue.job_history(job_id, after, block_ms=block_ms)
         except RedisError as exc:
             # Headers are sent: end the stream; the client resumes with Last-Event-ID.
-            log.warning("sse.redis_error", job_id=job.id, error=str(exc))
+            log.warning("sse.redis_error", job_id=job_id, error=str(exc))
             await response.write_eof()
             return response
         if not events:

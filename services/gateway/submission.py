@@ -26,7 +26,7 @@ QUALITIES = ("preview", "full")
 MAX_METADATA_BYTES = 4096
 MAX_URL_LENGTH = 2048
 MAX_IDEMPOTENCY_KEY = 255
-_IDEMPOTENCY_KEY_RE = re.compile(r"^[\x21-\x7e]{1,255}$")  # visible ASCII, no spaces
+_IDEMPOTENCY_KEY_RE = re.compile(r"[\x21-\x7e]{1,255}")  # visible ASCII, no spaces
 _DATA_URL_RE = re.compile(r"^data:([\w.+-]+/[\w.+-]+)?(;[\w-]+=[\w.-]+)*;base64,", re.ASCII)
 
 
@@ -109,7 +109,7 @@ def check_webhook_url(url: Any, allow_private: bool, field: str = "webhook_url")
 
 def idempotency_key(request: web.Request) -> str:
     key = request.headers.get("Idempotency-Key", "")
-    if key and not _IDEMPOTENCY_KEY_RE.match(key):
+    if key and not _IDEMPOTENCY_KEY_RE.fullmatch(key):
         raise invalid_request(
             f"Idempotency-Key must be 1-{MAX_IDEMPOTENCY_KEY} visible ASCII characters"
         )
