@@ -7,6 +7,7 @@ secret: tracebacks never show local variables, and secret-named fields are redac
 
 from __future__ import annotations
 
+import functools
 import logging
 import sys
 
@@ -62,9 +63,16 @@ def redact_secret_fields(
     """Replace the value of any field whose name names a secret (a safety net: call sites
     should never pass one)."""
     for name in event:
-        if any(part in name.lower() for part in _SECRET_FIELDS):
+        if _names_a_secret(name):
             event[name] = "<redacted>"
     return event
+
+
+@functools.lru_cache(maxsize=4096)
+def _names_a_secret(name: str) -> bool:
+    """Cached: a process logs the same few dozen field names millions of times."""
+    lowered = name.lower()
+    return any(part in lowered for part in _SECRET_FIELDS)
 
 
 def _add_service(service: str) -> structlog.types.Processor:

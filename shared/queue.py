@@ -20,7 +20,7 @@ from shared import events
 from shared.events import EventType
 from shared.ids import is_job_id, new_event_id, new_job_id, new_trace_id, partition_of
 from shared.jobs import JOB_FORMAT_VERSION, JobRecord, JobSpec, pairs_to_dict
-from shared.keys import STREAMS, KeySchema, StreamName
+from shared.keys import STREAMS, KeySchema, StreamName, replay_key
 from shared.redis_client import is_transient_reply
 from shared.scripts import Arg, Script, ScriptCall, ScriptRunner, new_request_id
 from shared.settings import Settings
@@ -366,13 +366,16 @@ class JobQueue:
     ) -> list[Taken]:
         """Read and start up to the free slots' worth of new entries in one round trip."""
         nonce = f"{secrets.token_hex(8)}:"
+        request_id = new_request_id()
+        first_key = self.keys.stream(partition, StreamName.INTERACTIVE)
         reply = await self.scripts.run(
             ScriptCall(
                 Script.TAKE,
                 [
-                    self.keys.stream(partition, StreamName.INTERACTIVE),
+                    first_key,
                     self.keys.stream(partition, StreamName.SYNTHESIS),
                     self.keys.events(partition),
+                    replay_key(first_key, request_id),
                 ],
                 [
                     self.group,
@@ -389,7 +392,9 @@ class JobQueue:
                     new_event_id(),
                     JOB_FORMAT_VERSION,
                     EventType.FAILED.value,
+                    self.settings.script_replay_ttl_ms,
                 ],
+                request_id,
             ),
             resend_for_s,
         )
@@ -500,6 +505,7 @@ class JobQueue:
                 PARKING_CONSUMER,
                 self.settings.lease_ttl_ms + 1,
                 EventType.CANCELED.value,
+                f.request_id,
             ]
             for name, value in (f.fields or {}).items():
                 args.extend((name, value))

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import itertools
 import secrets
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -34,7 +35,7 @@ from shared.keys import replay_key
 from shared.states import lua_transition_table
 
 Arg = str | int | float | bytes
-ARG_TYPES = (str, int, float, bytes)
+ARG_TYPES = frozenset({str, int, float, bytes})
 DEFAULT_REPLAY_TTL_MS = 60_000
 
 
@@ -67,14 +68,20 @@ class Script(StrEnum):
 
     @property
     def replay_safe(self) -> bool:
-        """True when running the script twice has the same effect and reply as once (pure
-        compare-and-set or read-only): those skip the replay memo's extra GET and SET."""
+        """True when the script is safe to resend without the generic replay memo (so it
+        skips the memo's extra GET, SET and JSON encoding)."""
         return self in _REPLAY_SAFE
 
 
-# Scripts a second run of which changes nothing and answers the same. Everything else is
-# memoized: a resend must answer what the first execution did.
-_REPLAY_SAFE = frozenset({Script.RENEW, Script.PRUNE_CONSUMERS, Script.WH_EP_GATE})
+# Safe to resend on their own: pure compare-and-set (renew, prune_consumers, the endpoint
+# gate), or made safe more cheaply on the hot path -- enqueue (a resend finds its own fresh
+# job id and answers 'exists', which JobQueue.enqueue resolves by reading that job), finish
+# (the job hash's `last_commit` field), take (a compact memo of entry ids, not job hashes).
+# Everything else is memoized: a resend must answer what the first execution did.
+_REPLAY_SAFE = frozenset({
+    Script.RENEW, Script.PRUNE_CONSUMERS, Script.WH_EP_GATE, Script.ENQUEUE, Script.FINISH,
+    Script.TAKE,
+})  # fmt: skip
 
 # The memo wrapper: the request's memo key is the last KEYS entry and its TTL the last ARGV
 # entry; both are removed before the body runs, so bodies see exactly their own arguments.
@@ -94,8 +101,14 @@ return __reply
 """
 
 
+# Request ids: a random per-process prefix and a counter -- unique across processes without
+# a system call per script call (this is on the hot path of every commit).
+_REQUEST_PREFIX = secrets.token_hex(8)
+_request_counter = itertools.count(1)
+
+
 def new_request_id() -> str:
-    return secrets.token_hex(8)
+    return f"{_REQUEST_PREFIX}{next(_request_counter):x}"
 
 
 def _source(name: str) -> str:
@@ -115,8 +128,10 @@ class ScriptCall:
     def problem(self) -> TypeError | None:
         """Why this call cannot be sent (an argument Redis cannot encode), or None. Checked
         before packing, so one bad call fails alone instead of failing its whole pipeline."""
+        if ARG_TYPES.issuperset(map(type, self.args)):  # the fast path, in C
+            return None
         for i, a in enumerate(self.args):
-            if not isinstance(a, ARG_TYPES) or isinstance(a, bool):
+            if type(a) not in ARG_TYPES:
                 return TypeError(
                     f"{self.script.value}: argument {i + 1} is {type(a).__name__}, not str/int/"
                     "float/bytes"

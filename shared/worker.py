@@ -162,6 +162,10 @@ class JobContext:
 
         return await asyncio.to_thread(call)
 
+    @property
+    def has_threads(self) -> bool:
+        return bool(self._threads)
+
     async def threads_done(self) -> None:
         """Wait for every thread this job started (their results are no longer wanted)."""
         while self._threads:
@@ -589,7 +593,8 @@ class Worker:
             if self._running.get(ctx.job.id) is running:
                 del self._running[ctx.job.id]
             # The slot is free only when no thread of this job is still computing.
-            await asyncio.shield(ctx.threads_done())
+            if ctx.has_threads:
+                await asyncio.shield(ctx.threads_done())
             self._release_slot(ctx.stream)
             if self.metrics is not None:
                 self.metrics.jobs.labels(ctx.stream.value, outcome_label).inc()

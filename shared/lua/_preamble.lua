@@ -19,12 +19,13 @@ local JOB_EVENTS_TTL_MS = 7 * 24 * 3600 * 1000
 
 -- Append one event (the webhook/SSE payload) to the outbox stream and to the job's history.
 -- `extra` is a fragment of JSON object members built by shared/events.py (already escaped),
--- or ''.
-local function emit(events_key, maxlen, job_key, event_id, name, extra)
-  local f = redis.call('HMGET', job_key, 'id', 'tenant', 'metadata', 'trace_id')
+-- or ''. `known` = {id, tenant, metadata, trace_id} when the caller already read them (the
+-- hot paths do, in their first HMGET), and `now` its TIME in ms; both may be nil.
+local function emit(events_key, maxlen, job_key, event_id, name, extra, known, now)
+  local f = known or redis.call('HMGET', job_key, 'id', 'tenant', 'metadata', 'trace_id')
   local meta = f[3]
   if not meta or meta == '' then meta = '{}' end
-  local ts = redis.call('TIME')[1]
+  local ts = now and math.floor(now / 1000) or redis.call('TIME')[1]
   local payload = '{"event":"' .. name .. '","id":"' .. event_id .. '","timestamp":' .. ts
     .. ',"data":{"job_id":"' .. f[1] .. '","metadata":' .. meta
   if extra ~= nil and extra ~= '' then payload = payload .. ',' .. extra end
@@ -86,7 +87,7 @@ end
 
 -- The `{pN}` tag part of a key built by shared/keys.py ('splatq:{p0}:job:...' -> 'splatq:{p0}').
 local function key_tag(key)
-  return string.match(key, '^(.-{[^}]*})')
+  return string.sub(key, 1, (string.find(key, '}', 1, true)))
 end
 
 -- A tenant's backlog in one stream of a partition: a sorted set of its unfinished job ids
@@ -99,10 +100,13 @@ local function backlog_key(tag, stream_name, tenant)
   return tag .. ':backlog:' .. stream_name .. ':' .. tenant
 end
 
-local function backlog_done(job_key)
-  local f = redis.call('HMGET', job_key, 'id', 'tenant', 'stream')
-  if f[1] and f[3] then
-    redis.call('ZREM', backlog_key(key_tag(job_key), f[3], f[2] or ''), f[1])
+local function backlog_done(job_key, job_id, tenant, stream_name)
+  if job_id == nil then
+    local f = redis.call('HMGET', job_key, 'id', 'tenant', 'stream')
+    job_id, tenant, stream_name = f[1], f[2], f[3]
+  end
+  if job_id and stream_name then
+    redis.call('ZREM', backlog_key(key_tag(job_key), stream_name, tenant or ''), job_id)
   end
 end
 
@@ -110,6 +114,7 @@ local function backlog_add(job_key, now)
   local f = redis.call('HMGET', job_key, 'id', 'tenant', 'stream')
   if f[1] and f[3] then
     redis.call('ZADD', backlog_key(key_tag(job_key), f[3], f[2] or ''), now, f[1])
+    redis.call('HSET', job_key, 'backlog_counted', '1')
   end
 end
 
@@ -160,7 +165,8 @@ local function start_entry(job_key, lease_key, events_key, stream_key, claim_key
   if redis.call('EXISTS', job_key) == 0 then
     return {'unknown'}
   end
-  local st = redis.call('HMGET', job_key, 'status', 'entry_id', 'attempts', 'deliveries')
+  local st = redis.call('HMGET', job_key, 'status', 'entry_id', 'attempts', 'deliveries', 'id',
+    'tenant', 'metadata', 'trace_id')
   local status, entry = st[1], st[2]
   if status == 'completed' or status == 'failed' or status == 'canceled' then
     -- a duplicate delivery of a finished (or canceled-while-queued) job: drop the entry
@@ -184,16 +190,16 @@ local function start_entry(job_key, lease_key, events_key, stream_key, claim_key
   end
   local now = now_ms()
   redis.call('SET', lease_key, token, 'PX', ttl_ms)
-  redis.call('HINCRBY', job_key, 'deliveries', 1)
-  local attempt = redis.call('HINCRBY', job_key, 'attempts', 1)
+  -- The counts were read and checked above: written with the rest in one HSET.
+  local attempt = (tonumber(st[3]) or 0) + 1
   redis.call('HSET', job_key, 'status', 'processing', 'stage', 'started', 'worker', consumer,
     'started_at_ms', now, 'updated_at_ms', now, 'lease_until_ms', now + tonumber(ttl_ms),
-    'lease_token', token)
+    'lease_token', token, 'attempts', attempt, 'deliveries', (tonumber(st[4]) or 0) + 1)
   if claim_key then
-    local job_id = redis.call('HGET', job_key, 'id')
-    set_claim(claim_key, job_id, 'PROCESSING', claim_ttl_ms)
+    set_claim(claim_key, st[5], 'PROCESSING', claim_ttl_ms)
   end
-  emit(events_key, events_maxlen, job_key, event_id, started_name, '"attempt":' .. attempt)
+  emit(events_key, events_maxlen, job_key, event_id, started_name, '"attempt":' .. attempt,
+    {st[5], st[6], st[7], st[8]}, now)
   local out = redis.call('HGETALL', job_key)
   table.insert(out, 1, 'started')
   return out

@@ -50,7 +50,12 @@ if KEYS[4] then
   redis.call('SET', KEYS[4], 'PENDING ' .. job_id, 'PX', ARGV[5])
 end
 redis.call('HSET', KEYS[1], unpack(fields))
-redis.call('ZADD', tenant_backlog, now, job_id)
+if max_tenant > 0 then
+  -- Counted only when admitted under a tenant bound (the gateway always sets one): a
+  -- producer that sets none pays nothing for it, and its jobs do not count against a share.
+  redis.call('ZADD', tenant_backlog, now, job_id)
+  redis.call('HSET', KEYS[1], 'backlog_counted', '1')
+end
 redis.call('HSET', KEYS[1], 'id', job_id, 'status', 'queued', 'attempts', 0,
   'deliveries', 0, 'progress', 0, 'stage', 'queued', 'created_at_ms', now,
   'updated_at_ms', now, 'claim_key', KEYS[4] or '')

@@ -9,13 +9,21 @@
 --       6 event_id, 7 events_maxlen, 8 event extra JSON, 9 retention_ms (terminal only),
 --       10 retry delay ms (retrying only), 11 delayed member, 12 claim status ('' = keep),
 --       13 claim_ttl_ms, 14 entry mode 'ack'|'handoff', 15 handoff consumer,
---       16 handoff idle ms, 17 canceled event name, 18.. field/value pairs to set
+--       16 handoff idle ms, 17 canceled event name, 18 request id, 19.. field/value pairs
 -- Returns {'ok', status} | {'already', status} | {'lease_lost'} | {'illegal', status}
+-- Safe to resend (a lost reply): the job hash keeps `last_commit` = '<request id> <status>'
+-- of its last commit, written with the status itself, so a resend of that very call answers
+-- what it answered the first time -- for as long as the job exists, at no extra command.
 local target = ARGV[4]
-local st = redis.call('HMGET', KEYS[1], 'status', 'cancel_requested', 'id')
+local st = redis.call('HMGET', KEYS[1], 'status', 'cancel_requested', 'id', 'last_commit',
+  'tenant', 'stream', 'lease_token', 'metadata', 'trace_id', 'backlog_counted')
 local status, cancel, job_id = st[1], st[2], st[3]
 if not status then
   return {'illegal', 'missing'}
+end
+local rid = ARGV[18]
+if st[4] and string.sub(st[4], 1, #rid + 1) == rid .. ' ' then
+  return {'ok', string.sub(st[4], #rid + 2)}
 end
 local terminal = (target == 'completed' or target == 'failed' or target == 'canceled')
 if terminal and status == target then
@@ -23,7 +31,7 @@ if terminal and status == target then
   ack(KEYS[3], ARGV[3], ARGV[2])
   return {'already', status}
 end
-if not holds_run(KEYS[1], ARGV[1]) then
+if ARGV[1] == '' or st[7] ~= ARGV[1] then  -- holds_run, from the fields already read
   return {'lease_lost'}
 end
 -- A cancel that raced the end of the work wins: the user asked for no result.
@@ -35,33 +43,40 @@ if not can_move(status, target) then
   return {'illegal', status}
 end
 local now = now_ms()
-local fields = {}
-for i = 18, #ARGV do fields[#fields + 1] = ARGV[i] end
-if target == 'canceled' then
-  -- artifacts were not committed, whatever the worker computed
-  fields = {}
+-- Every field of the commit goes out in one HSET (fewer calls inside the script).
+local sets = {}
+if target ~= 'canceled' then
+  -- (a canceled job's artifacts were not committed, whatever the worker computed)
+  for i = 19, #ARGV do sets[#sets + 1] = ARGV[i] end
 end
-if #fields > 0 then redis.call('HSET', KEYS[1], unpack(fields)) end
-redis.call('HSET', KEYS[1], 'status', target, 'updated_at_ms', now, 'lease_until_ms', 0,
-  'worker', '', 'lease_token', '')
+local function put(name, value)
+  sets[#sets + 1] = name
+  sets[#sets + 1] = value
+end
+put('status', target); put('updated_at_ms', now); put('lease_until_ms', 0); put('worker', '')
+put('lease_token', ''); put('last_commit', rid .. ' ' .. target)
+if terminal then
+  put('completed_at_ms', now); put('stage', target)
+  if target == 'completed' then put('progress', 1) end
+elseif target == 'retrying' then
+  put('stage', 'retrying'); put('next_attempt_at_ms', now + tonumber(ARGV[10]))
+elseif target == 'queued' then
+  put('stage', 'queued')
+end
+redis.call('HSET', KEYS[1], unpack(sets))
 redis.call('DEL', KEYS[2])
 if terminal then
-  redis.call('HSET', KEYS[1], 'completed_at_ms', now, 'stage', target)
   if target == 'completed' then
-    redis.call('HSET', KEYS[1], 'progress', 1)
     redis.call('HDEL', KEYS[1], 'error_code', 'error_message', 'error_retryable')
   end
   redis.call('PEXPIRE', KEYS[1], ARGV[9])
-  backlog_done(KEYS[1])
+  if st[10] == '1' then backlog_done(KEYS[1], job_id, st[5], st[6]) end
 elseif target == 'retrying' then
-  redis.call('HSET', KEYS[1], 'stage', 'retrying',
-    'next_attempt_at_ms', now + tonumber(ARGV[10]))
   redis.call('ZADD', KEYS[5], now + tonumber(ARGV[10]), ARGV[11])
 elseif target == 'queued' then
   -- released: the attempt and the delivery do not count
   redis.call('HINCRBY', KEYS[1], 'attempts', -1)
   redis.call('HINCRBY', KEYS[1], 'deliveries', -1)
-  redis.call('HSET', KEYS[1], 'stage', 'queued')
 end
 if KEYS[6] then
   local claim_status = ARGV[12]
@@ -72,7 +87,8 @@ local event_name = ARGV[5]
 local extra = ARGV[8]
 if target == 'canceled' then event_name = ARGV[17]; extra = '' end
 if event_name ~= '' then
-  emit(KEYS[4], ARGV[7], KEYS[1], ARGV[6], event_name, extra)
+  emit(KEYS[4], ARGV[7], KEYS[1], ARGV[6], event_name, extra, {job_id, st[5], st[8], st[9]},
+    now)
 end
 if ARGV[14] == 'handoff' then
   -- Keep the entry pending (its place in line) but hand it to a parking consumer with an

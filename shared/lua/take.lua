@@ -1,20 +1,38 @@
 -- take: read new entries for the free slots of a worker and start them, in one round trip.
 -- Phase 1 reads each stream up to its unused reservation; phase 2 offers the slots still idle
 -- to interactive first, then synthesis (the weighted slot pool of shared/slots.py).
--- KEYS (one slot {pN}): 1 interactive stream, 2 synthesis stream, 3 events stream.
+-- KEYS (one slot {pN}): 1 interactive stream, 2 synthesis stream, 3 events stream, 4 this
+--   call's replay memo.
 --   Also touches, per entry, `<tag>:job:<id>`, `<tag>:lease:<id>` and the entry's claim key:
 --   built here under the same {pN} tag as KEYS, so the same slot (Redis Cluster allows a
 --   script undeclared keys of its own slot).
 -- ARGV: 1 group, 2 consumer, 3 own interactive, 4 own synthesis, 5 idle slots, 6 ttl_ms,
 --       7 token nonce, 8 events_maxlen, 9 started event name, 10 claim_ttl_ms, 11 key tag
---       ('splatq:{p0}'), 12 event id base, 13 job format version, 14 failed event name
+--       ('splatq:{p0}'), 12 event id base, 13 job format version, 14 failed event name,
+--       15 replay memo TTL ms
 -- Returns a list of {stream name, entry id, outcome, payload}: outcome 'started' (payload =
 -- flat job hash), 'raw' (payload = the entry's flat fields; the worker validates and
 -- dead-letters it), 'dead_lettered' (payload = {why}: a corrupt job record, failed and
 -- dead-lettered here), or skip/stale/busy (payload empty).
+-- Safe to resend (a lost reply): its own compact replay memo (KEYS[4]) records what this call
+-- did -- entry ids and outcomes, not the job hashes -- and a resend rebuilds the same reply,
+-- re-reading each started job (still processing under the token handed out).
 local group, consumer, tag = ARGV[1], ARGV[2], ARGV[11]
 local out = {}
+local memo = {}
 local seq = 0
+
+local prior = redis.call('GET', KEYS[4])
+if prior then
+  for _, m in ipairs(cjson.decode(prior)) do
+    if m[3] == 'started' then
+      out[#out + 1] = {m[1], m[2], 'started', redis.call('HGETALL', m[4])}
+    else
+      out[#out + 1] = m
+    end
+  end
+  return out
+end
 
 local function take_from(stream_key, stream_name, n)
   if n <= 0 then return 0 end
@@ -38,9 +56,15 @@ local function take_from(stream_key, stream_name, n)
     end
     if started == nil or started[1] == 'unknown' then
       out[#out + 1] = {stream_name, entry_id, 'raw', fields}
+      memo[#memo + 1] = out[#out]
     else
       local outcome = table.remove(started, 1)
       out[#out + 1] = {stream_name, entry_id, outcome, started}
+      if outcome == 'started' then
+        memo[#memo + 1] = {stream_name, entry_id, outcome, tag .. ':job:' .. job}
+      else
+        memo[#memo + 1] = out[#out]
+      end
     end
   end
   return #entries
@@ -52,5 +76,8 @@ local idle = tonumber(ARGV[5]) - got
 if idle > 0 then
   idle = idle - take_from(KEYS[1], 'interactive', idle)
   take_from(KEYS[2], 'synthesis', idle)
+end
+if #memo > 0 then
+  redis.call('SET', KEYS[4], cjson.encode(memo), 'PX', ARGV[15])
 end
 return out
