@@ -123,6 +123,8 @@ class JobRecord:
     claim_key: str
     version: str
     request_fingerprint: str = ""
+    # The run folder holding the committed artifacts ('' = directly under the job).
+    artifact_run: str = ""
 
     @classmethod
     def from_hash(cls, raw: Mapping[str, str]) -> JobRecord:
@@ -164,6 +166,7 @@ class JobRecord:
             claim_key=raw.get("claim_key", ""),
             version=raw.get("v", ""),
             request_fingerprint=raw.get("request_fingerprint", ""),
+            artifact_run=raw.get("artifact_run", ""),
         )
 
 

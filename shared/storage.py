@@ -199,5 +199,17 @@ def artifact_prefix(job_id: str) -> str:
     return f"jobs/{job_id}"
 
 
-def artifact_key(job_id: str, filename: str) -> str:
+def artifact_run(attempt: int) -> str:
+    """The folder one run (attempt) of a job writes its artifacts to. Each run has its own,
+    so a stale run -- one whose job was taken over while it still computed -- can never
+    replace what another run committed; the job record's `artifact_run`, written by the
+    lease-fenced commit, names the one run whose files are the job's result."""
+    return f"a{attempt}"
+
+
+def artifact_key(job_id: str, filename: str, run: str = "") -> str:
+    """Where an artifact lives: under its run's folder, or (`run` empty: jobs committed
+    before runs had folders, or written by other handlers) directly under the job."""
+    if run:
+        return f"{artifact_prefix(job_id)}/{run}/{filename}"
     return f"{artifact_prefix(job_id)}/{filename}"

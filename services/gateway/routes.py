@@ -326,7 +326,7 @@ async def get_artifact(request: web.Request) -> web.StreamResponse:
         )
     filename, content_type = ARTIFACTS[name]
     storage = request.app[STORAGE]
-    key = artifact_key(job.id, filename)
+    key = artifact_key(job.id, filename, job.artifact_run)
     presign = getattr(storage, "presigned_get_url", None)
     if presign is not None:
         return web.Response(status=302, headers={"Location": await presign(key, filename=filename)})

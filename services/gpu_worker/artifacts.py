@@ -51,13 +51,14 @@ def verify_encoded(data: Mapping[str, bytes], gaussian_count: int, preview_size:
 
 
 async def stage_and_verify(
-    storage: Storage, job_id: str, encoded: EncodedArtifacts
+    storage: Storage, job_id: str, encoded: EncodedArtifacts, run: str = ""
 ) -> dict[str, Staged]:
     """Write every file under a temporary key and verify what storage actually holds."""
     staged: dict[str, Staged] = {}
     try:
         for name, data in encoded.files.items():
-            staged[name] = await storage.stage(artifact_key(job_id, ARTIFACT_FILES[name]), data)
+            key = artifact_key(job_id, ARTIFACT_FILES[name], run)
+            staged[name] = await storage.stage(key, data)
         read_back = {name: await storage.read_staged(s) for name, s in staged.items()}
         verify_encoded(read_back, encoded.gaussian_count, encoded.preview_size)
     except BaseException:

@@ -35,7 +35,13 @@ from shared.errors import PermanentError, SplatqError
 from shared.image_headers import DecodeLimits
 from shared.jobs import JobOutcome
 from shared.settings import Settings
-from shared.storage import ARTIFACT_FILES, Storage, artifact_prefix, open_storage
+from shared.storage import (
+    ARTIFACT_FILES,
+    Storage,
+    artifact_prefix,
+    artifact_run,
+    open_storage,
+)
 from shared.worker import JobContext
 
 log = structlog.get_logger("splatq.gpu_worker")
@@ -128,8 +134,13 @@ class GpuJobHandler:
         resolution = self.model.input_resolution(quality)
         started = time.monotonic()
         await ctx.progress(0.05, "loading_input")
-        # A previous attempt killed mid-write may have left temporary files behind.
+        # Each run writes to its own folder (a stale run can never replace another run's
+        # committed files); earlier runs killed mid-write may have left temporary files in
+        # theirs, and older versions wrote directly under the job.
+        run = artifact_run(ctx.attempt)
         await self.storage.sweep_temp(artifact_prefix(ctx.job.id))
+        for earlier in range(1, ctx.attempt):
+            await self.storage.sweep_temp(f"{artifact_prefix(ctx.job.id)}/{artifact_run(earlier)}")
         if not ctx.job.input_ref:
             raise InputMissing("the job has no input image")
         data = await self.storage.get_bytes(ctx.job.input_ref)
@@ -144,11 +155,11 @@ class GpuJobHandler:
         camera = self.model.input_camera(resolution)
         encoded = await ctx.run_blocking(encode_artifacts, gaussians, camera)
         await ctx.progress(0.85, "writing_artifacts")
-        staged = await stage_and_verify(self.storage, ctx.job.id, encoded)
+        staged = await stage_and_verify(self.storage, ctx.job.id, encoded, run)
         try:
-            # The last stage boundary, checked against Redis (not only the local flag): a job
-            # canceled, or taken over by another worker, now commits nothing. What remains is
-            # the window of one round trip plus the renames (see docs/gpu-worker.md).
+            # The last stage boundary, checked against Redis: a job canceled or taken over
+            # now writes nothing more. A run that loses its job after this point only fills
+            # its own folder; the fenced commit decides which folder is the job's.
             await ctx.progress(0.95, "committing_artifacts")
         except BaseException:
             await discard_all(self.storage, staged)
@@ -159,7 +170,7 @@ class GpuJobHandler:
             artifacts={name: artifact_url(base, ctx.job.id, name) for name in ARTIFACT_FILES},
             compute_time_ms=round((time.monotonic() - started) * 1000),
             model=self.model.version,
-            extra_fields={"gaussian_count": str(gaussians.count)},
+            extra_fields={"gaussian_count": str(gaussians.count), "artifact_run": run},
         )
 
     # -- batches --------------------------------------------------------------------------

@@ -10,17 +10,28 @@ import torch
 from redis.asyncio import Redis
 
 from services.gpu_worker import formats
+from services.gpu_worker.artifacts import commit_all, encode_artifacts, stage_and_verify
 from services.gpu_worker.images import decode_image
 from services.gpu_worker.model import load_model
+from shared.jobs import JobRecord
 from shared.queue import JobQueue
 from shared.settings import Settings
-from shared.storage import ARTIFACT_FILES, LocalFileStorage, artifact_key
+from shared.storage import ARTIFACT_FILES, LocalFileStorage, artifact_key, artifact_run
 from tests.conftest import WorkerFactory, job_events, wait_for_status
 from tests.gpu_worker.conftest import opaque_noise_png, sample_png, stored_spec
 
 
-async def _artifacts(storage: LocalFileStorage, job_id: str) -> dict[str, bytes]:
-    return {n: await storage.get_bytes(artifact_key(job_id, f)) for n, f in ARTIFACT_FILES.items()}
+async def _artifacts(storage: LocalFileStorage, job: JobRecord) -> dict[str, bytes]:
+    assert job.artifact_run  # the run folder the fenced commit recorded
+    return {
+        n: await storage.get_bytes(artifact_key(job.id, f, job.artifact_run))
+        for n, f in ARTIFACT_FILES.items()
+    }
+
+
+def _files_under_job(storage: LocalFileStorage, job_id: str) -> list[str]:
+    job_dir = storage.path_of(f"jobs/{job_id}")
+    return [str(p) for p in job_dir.rglob("*") if p.is_file()] if job_dir.exists() else []
 
 
 async def test_jobs_submitted_together_share_forward_passes_without_cross_talk(
@@ -43,7 +54,7 @@ async def test_jobs_submitted_together_share_forward_passes_without_cross_talk(
     previews = set()
     for data, submitted in zip(inputs, jobs, strict=True):
         job = await wait_for_status(queue, submitted.job_id, {"completed"}, timeout_s=60)
-        files = await _artifacts(storage, job.id)
+        files = await _artifacts(storage, job)
         [expected] = solo.infer(decode_image(data, 128).unsqueeze(0))
         info = formats.verify_ply(files["gaussian_ply"], expected_count=expected.count)
         assert info.count == expected.count > 0
@@ -91,7 +102,7 @@ async def test_a_job_too_big_for_the_device_fails_alone_and_its_batch_mates_comp
     assert (await job_events(redis, queue, failed.id))[-1] == "3d_reconstruction.failed"
     for j in small_jobs:
         assert (await wait_for_status(queue, j.job_id, {"completed"}, timeout_s=60)).artifacts
-    assert not await storage.exists(artifact_key(failed.id, "scene.ply"))
+    assert _files_under_job(storage, failed.id) == []
 
 
 async def test_corrupt_input_fails_permanently_with_invalid_image(
@@ -146,11 +157,40 @@ async def test_cancel_during_inference_commits_no_artifacts(
     gate.set()
     done = await wait_for_status(queue, job.job_id, {"canceled"}, timeout_s=30)
     assert done.artifacts is None
-    for filename in ARTIFACT_FILES.values():
-        assert not await storage.exists(artifact_key(job.job_id, filename))
-    job_dir = storage.path_of(f"jobs/{job.job_id}")
-    assert not job_dir.exists() or list(job_dir.iterdir()) == []
+    assert _files_under_job(storage, job.job_id) == []
 
 
 async def _flag_seen(redis: Redis, queue: JobQueue, job_id: str) -> bool:
     return bool(await redis.hget(queue.keys.job(job_id), "cancel_requested"))
+
+
+async def test_a_stale_run_committing_late_cannot_replace_the_jobs_artifacts(
+    queue: JobQueue,
+    settings: Settings,
+    storage: LocalFileStorage,
+    start_worker: WorkerFactory,
+    gpu_handler_factory: Any,
+) -> None:
+    """Each run writes its own folder and only the lease-fenced commit names the job's: a
+    run that lost its job and commits its files afterwards (other, valid artifacts) leaves
+    the job's recorded artifacts byte for byte as the winning run wrote them."""
+    job = await queue.enqueue(await stored_spec(storage, sample_png(1)))
+    await start_worker(await gpu_handler_factory(settings))
+    done = await wait_for_status(queue, job.job_id, {"completed"}, timeout_s=60)
+    assert done.artifact_run == artifact_run(1)
+    before = await _artifacts(storage, done)
+
+    model = load_model("builtin")
+    model.load(torch.device("cpu"))
+    [other] = model.infer(decode_image(sample_png(7), 128).unsqueeze(0))
+    stale = encode_artifacts(other, model.input_camera(128))
+    assert stale.files["gaussian_ply"] != before["gaussian_ply"]
+    # The loser of a takeover: its Redis check passed just before it lost the job, so it
+    # commits its files anyway -- into its own run's folder.
+    staged = await stage_and_verify(storage, job.job_id, stale, artifact_run(2))
+    await commit_all(storage, staged)
+
+    after = await queue.get(job.job_id)
+    assert after is not None
+    assert after.artifact_run == artifact_run(1)
+    assert await _artifacts(storage, after) == before

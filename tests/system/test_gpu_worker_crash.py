@@ -36,8 +36,8 @@ async def test_sigkill_between_artifact_write_and_commit_completes_once_with_who
     await wait_until(died, timeout_s=60)
     assert (storage.root / "crash-marker").exists()  # it died where we meant it to
     for filename in ARTIFACT_FILES.values():
-        assert not await storage.exists(artifact_key(job.job_id, filename))
-    staged_left = list(storage.path_of(f"jobs/{job.job_id}").iterdir())
+        assert not await storage.exists(artifact_key(job.job_id, filename, "a1"))
+    staged_left = list(storage.path_of(f"jobs/{job.job_id}/a1").iterdir())
     assert staged_left  # the killed attempt's staged files exist, hidden, until swept
 
     spawn_worker(redis_server.url, "tests.gpu_handlers:make_crash_on_commit", **env)
@@ -46,10 +46,14 @@ async def test_sigkill_between_artifact_write_and_commit_completes_once_with_who
     assert (await job_events(redis, queue, job.job_id)).count("3d_reconstruction.completed") == 1
     count = int(await redis.hget(queue.keys.job(job.job_id), "gaussian_count") or 0)
     files = {
-        n: await storage.get_bytes(artifact_key(job.job_id, f)) for n, f in ARTIFACT_FILES.items()
+        n: await storage.get_bytes(artifact_key(job.job_id, f, done.artifact_run))
+        for n, f in ARTIFACT_FILES.items()
     }
     assert formats.verify_ply(files["gaussian_ply"], expected_count=count).count == count > 0
     assert formats.verify_splat(files["splat"], expected_count=count) == count
     formats.verify_png(files["rendered_preview"], 128, 128)
-    names = sorted(p.name for p in storage.path_of(f"jobs/{job.job_id}").iterdir())
-    assert names == sorted(ARTIFACT_FILES.values())
+    job_dir = storage.path_of(f"jobs/{job.job_id}")
+    names = sorted(str(p.relative_to(job_dir)) for p in job_dir.rglob("*") if p.is_file())
+    # The second run's whole files, and no temporary file of the killed first run left.
+    assert done.artifact_run == "a2"
+    assert names == sorted(f"a2/{f}" for f in ARTIFACT_FILES.values())
