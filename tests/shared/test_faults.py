@@ -318,3 +318,34 @@ async def test_a_tenants_backlog_share_is_freed_by_every_way_a_job_ends(
         return (await queue.enqueue(spec(), max_tenant_backlog=1)).created
 
     await wait_until(admitted)
+
+
+# -- draining -----------------------------------------------------------------------------
+
+
+async def test_a_drain_during_a_stall_drops_no_commit_already_handed_over(
+    proxied: JobQueue, proxy: FaultProxy, queue: JobQueue, redis: Redis, settings: Settings
+) -> None:
+    """Jobs finish while Redis stalls for longer than the shutdown grace; SIGTERM-style stop
+    arrives meanwhile. The outcomes already handed to the committer are still written once
+    Redis answers: every job completes after one run (none is left to be re-run)."""
+    s = settings.with_overrides(redis_url=proxy.url, shutdown_grace_s=1.0, lease_ttl_ms=5000)
+    jobs = [await proxied.enqueue(spec(block_s=0.5)) for _ in range(3)]
+    worker = Worker(proxied, s, BehaviourHandler())
+    task = asyncio.create_task(worker.run())
+    try:
+        for j in jobs:
+            await wait_for_status(queue, j.job_id, {"processing"})
+        stall = asyncio.create_task(proxy.stall(2.0))  # the jobs finish inside the stall
+        await asyncio.sleep(0.6)
+        worker.stop()
+        await stall
+        await asyncio.wait_for(task, 10)
+        for j in jobs:
+            job = await queue.get(j.job_id)
+            assert job is not None
+            assert job.status.value == "completed"
+            assert int(await redis.get(runs_key(j.job_id)) or 0) == 1
+    finally:
+        worker.stop()
+        await finish_or_cancel(task)
