@@ -349,3 +349,21 @@ async def test_a_drain_during_a_stall_drops_no_commit_already_handed_over(
     finally:
         worker.stop()
         await finish_or_cancel(task)
+
+
+async def test_a_lost_jobs_thread_keeps_its_slot_until_it_returns(
+    queue: JobQueue, redis: Redis, start_worker: WorkerFactory
+) -> None:
+    """A job computing in a thread is taken over (its token replaced): its task stops at
+    once, but its only slot is not reused until the thread has returned, so the next job
+    never computes beside it."""
+    lost = await queue.enqueue(spec(block_s=1.5))
+    await start_worker(worker_concurrency=1)
+    first = await wait_for_status(queue, lost.job_id, {"processing"})
+    await redis.hset(queue.keys.job(lost.job_id), "lease_token", "another-worker")
+    await redis.set(queue.keys.lease(lost.job_id), "another-worker", px=60_000)
+    nxt = await queue.enqueue(spec())
+    second = await wait_for_status(queue, nxt.job_id, {"completed"})
+    assert first.started_at_ms is not None
+    assert second.started_at_ms is not None
+    assert second.started_at_ms - first.started_at_ms >= 1400
