@@ -3,7 +3,7 @@ real settings, metrics and HTTP routes, and keep shutdown, ports, probes and lab
 worker, the gateway and the webhook dispatcher consistent.
 
 File checks: no cluster, kubectl or network. Where `promtool` is installed, the alert
-expressions and dashboard queries are also parsed by it and the gateway/GPU/webhook alerts
+expressions and dashboard queries are also parsed by it and the gateway/GPU/webhook/Redis alerts
 are exercised with `promtool test rules` (tests/k8s/alerts.promtool.yaml); otherwise those skip.
 """
 
@@ -70,6 +70,8 @@ RUNBOOK_ANCHORS = {
     "webhook-deliveries-late",
     "webhook-endpoint-disabled",
     "webhook-circuits-open",
+    "redis-error-replies",
+    "sse-streams-refused",
 }
 REQUIRED_ALERTS = {
     "SplatqStreamEntriesLost",
@@ -88,6 +90,8 @@ REQUIRED_ALERTS = {
     "SplatqWebhookDeliveriesLate",
     "SplatqWebhookEndpointDisabled",
     "SplatqWebhookCircuitsOpen",
+    "SplatqRedisErrorReplies",
+    "SplatqSseStreamsRefused",
 }
 # The webhook endpoint and circuit breaker settings (variable -> Settings field).
 WEBHOOK_ENDPOINT_SETTINGS = {
@@ -915,6 +919,33 @@ def test_webhook_alerts_use_the_agreed_thresholds() -> None:
         assert rules[alert]["annotations"]["runbook_url"] == f"docs/operations.md#{anchor}"
 
 
+def test_redis_and_stream_alerts_use_the_agreed_thresholds() -> None:
+    """Redis error replies: critical while workers keep getting 'not now' replies (OOM,
+    READONLY, LOADING ...) for 5 min, warning on any script error reply in 15 min; refused
+    event streams: above 0.1/s for 15 min. Each points at its runbook section."""
+    rules = [r for r in alert_rules() if r["alert"] == "SplatqRedisErrorReplies"]
+    by_severity = {r["labels"]["severity"]: r for r in rules}
+    assert set(by_severity) == {"critical", "warning"}
+    refusing = " ".join(by_severity["critical"]["expr"].split())
+    assert 'splatq_redis_error_replies_total{kind!="other"}' in refusing
+    assert refusing.startswith("sum by (namespace, kind) (rate(")
+    assert refusing.endswith("> 0")
+    assert by_severity["critical"]["for"] == "5m"
+    script = " ".join(by_severity["warning"]["expr"].split())
+    assert 'increase(splatq_redis_error_replies_total{kind="other"}[15m])' in script
+    assert script.endswith("> 0")
+    assert "for" not in by_severity["warning"]
+    (sse,) = [r for r in alert_rules() if r["alert"] == "SplatqSseStreamsRefused"]
+    assert "rate(splatq_sse_streams_refused_total{" in sse["expr"]
+    assert sse["expr"].endswith("> 0.1")
+    assert sse["for"] == "15m"
+    for rule in [*rules, sse]:
+        anchor = rule["annotations"]["runbook_url"].partition("#")[2]
+        assert anchor == {"SplatqRedisErrorReplies": "redis-error-replies"}.get(
+            rule["alert"], "sse-streams-refused"
+        )
+
+
 @pytest.mark.skipif(PROMTOOL is None, reason="promtool is not installed")
 def test_promtool_accepts_the_rules(tmp_path: Path) -> None:
     """promtool parses every alert expression and annotation template."""
@@ -924,13 +955,14 @@ def test_promtool_accepts_the_rules(tmp_path: Path) -> None:
 
 @pytest.mark.skipif(PROMTOOL is None, reason="promtool is not installed")
 def test_promtool_alert_unit_tests(tmp_path: Path) -> None:
-    """The gateway, GPU and webhook alerts fire, and stay quiet, as
+    """The gateway, GPU, webhook and Redis error-reply alerts fire, and stay quiet, as
     tests/k8s/alerts.promtool.yaml expects (evaluated by Prometheus' own engine)."""
     rules = rule_groups_for_promtool(annotations=False)
     (tmp_path / "rules.yaml").write_text(yaml.safe_dump(rules))
     shutil.copy(PROMTOOL_TESTS, tmp_path / "tests.yaml")
     tested = set(re.findall(r"alertname: (\w+)", PROMTOOL_TESTS.read_text(encoding="utf-8")))
     assert tested >= {"SplatqGatewayErrors", "SplatqGatewaySlow", "SplatqGpuOutOfMemory"}
+    assert tested >= {"SplatqRedisErrorReplies", "SplatqSseStreamsRefused"}
     assert tested >= {a for a in REQUIRED_ALERTS if a.startswith("SplatqWebhook")}
     run_promtool("test", "rules", "tests.yaml", cwd=tmp_path)
 
@@ -984,6 +1016,8 @@ def test_dashboard_has_filters_and_required_panels() -> None:
         "splatq_webhook_open_circuits",
         "splatq_webhook_circuit_transitions_total",
         "splatq_webhook_deferred_total",
+        "splatq_redis_error_replies_total",
+        "splatq_sse_streams_refused_total",
     ):
         assert metric in exprs, metric
     for q in ("0.5", "0.95", "0.99"):
@@ -1054,6 +1088,23 @@ def test_promtool_accepts_the_dashboard_queries(tmp_path: Path) -> None:
         yaml.safe_dump({"groups": [{"name": "dashboard", "rules": rules}]})
     )
     run_promtool("check", "rules", "dashboard.yaml", cwd=tmp_path)
+
+
+def test_dashboard_shows_every_refusal_by_status() -> None:
+    """A gateway panel shows 429 and 503 answers by route and status, so refusals the
+    submissions counter has no outcome for (too_many_decodes, unavailable) and refused event
+    streams are seen too; its description names each such code."""
+    panels = [
+        p
+        for p in dashboard_panels()
+        for t in p.get("targets", [])
+        if "splatq_http_requests_total" in t["expr"]
+        and 'status=~"429|503"' in t["expr"]
+        and "sum by (route, status)" in t["expr"]
+    ]
+    assert len(panels) == 1
+    for code in ("tenant_backlog_full", "too_many_streams", "too_many_decodes", "unavailable"):
+        assert code in panels[0]["description"], code
 
 
 def test_dashboard_lost_entries_stat_turns_red() -> None:
