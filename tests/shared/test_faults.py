@@ -16,7 +16,7 @@ from shared.jobs import JobOutcome, JobSpec
 from shared.keys import StreamName
 from shared.queue import JobQueue
 from shared.redis_client import connect
-from shared.redis_server import RedisServer
+from shared.redis_server import RedisServer, free_port
 from shared.scripts import Script
 from shared.settings import Settings
 from shared.worker import JobContext, Worker
@@ -181,27 +181,43 @@ async def own_server(tmp_path: Path) -> AsyncIterator[RedisServer]:
     await server.stop()
 
 
-async def test_oom_replies_back_the_worker_off_and_it_keeps_running(
-    own_server: RedisServer,
+async def _refuse_writes(client: Redis, how: str, port: int) -> None:
+    if how == "oom":
+        await client.config_set("maxmemory", "1")
+    else:  # a replica of a primary that does not answer, as during a failover
+        await client.execute_command("REPLICAOF", "127.0.0.1", str(port))
+
+
+async def _accept_writes(client: Redis, how: str) -> None:
+    if how == "oom":
+        await client.config_set("maxmemory", "0")
+    else:
+        await client.execute_command("REPLICAOF", "NO", "ONE")
+
+
+@pytest.mark.parametrize("how", ["oom", "readonly"])
+async def test_error_replies_back_the_worker_off_and_it_keeps_running(
+    own_server: RedisServer, how: str
 ) -> None:
-    """With maxmemory reached every script answers OOM: the worker survives it (it does not
-    exit) and completes the waiting job once memory is available again."""
+    """With maxmemory reached every script answers OOM; on a replica, READONLY. The worker
+    survives either (it does not exit), and completes the waiting job once Redis accepts
+    writes again."""
     s = engine_settings(own_server.url)
     client = connect(own_server.url)
     try:
         queue = JobQueue(client, s)
         await queue.setup()
         result = await queue.enqueue(spec())
-        await client.config_set("maxmemory", "1")
+        await _refuse_writes(client, how, free_port())
         worker = Worker(queue, s, BehaviourHandler())
         task = asyncio.create_task(worker.run())
         try:
-            await asyncio.sleep(1.5)  # several fetch attempts, each answered OOM
-            assert not task.done(), "the worker exited on an OOM reply"
+            await asyncio.sleep(1.5)  # several fetch attempts, each refused
+            assert not task.done(), f"the worker exited on a {how} reply"
             job = await queue.get(result.job_id)
             assert job is not None
             assert job.status.value == "queued"
-            await client.config_set("maxmemory", "0")
+            await _accept_writes(client, how)
             await wait_for_status(queue, result.job_id, {"completed"}, timeout_s=10)
         finally:
             worker.stop()
