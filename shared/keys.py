@@ -79,6 +79,16 @@ class KeySchema:
     def webhook_dead_letters(self, partition: int) -> str:
         return f"{self.tag(partition)}:dlq:webhooks"
 
+    def webhook_dead_letter_index(self, partition: int, tenant: str, target: str) -> str:
+        """One (tenant, target)'s webhook dead letters in the partition: a sorted set of
+        "<entry id> <message id>" scored by failure time (ms), so `recover` reads only its
+        endpoint's entries. `target` is an endpoint id, or "job" for job webhook_urls."""
+        return f"{self.tag(partition)}:wh:dlq-index:{tenant}:{target}"
+
+    def webhook_dead_letters_indexed(self, partition: int) -> str:
+        """Set once the partition's dead letters from before the index were indexed."""
+        return f"{self.tag(partition)}:wh:dlq-indexed"
+
     def tenant_webhook_secret(self, tenant: str) -> str:
         """The tenant's `whsec_` signing secret: its own hash tag, its own slot."""
         return f"{self.prefix}:{{tenant:{tenant}}}:whsec"

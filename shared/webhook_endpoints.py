@@ -2,8 +2,9 @@
 per-endpoint health (circuit breaker, auto-disable) and `recover`.
 
 Every call here touches one endpoint's slot (`{wh:<tenant>}`) through the wh_ep_*.lua
-scripts, except `recover`, which reads the partitions' webhook dead letters. The breaker's
-rules live in wh_ep_gate.lua / wh_ep_health.lua; this module passes the settings in.
+scripts, except `recover`, which reads the endpoint's dead-letter index in each partition.
+The breaker's rules live in wh_ep_gate.lua / wh_ep_health.lua; this module passes the
+settings in.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ ENDPOINT_ID_PREFIX = "ep_"
 # holder is presumed dead), and how long other messages wait for the probe's result.
 PROBE_HOLD_MS = 30_000
 HALF_OPEN_DEFER_MS = 1_000
-RECOVER_PAGE = 1_000
+RECOVER_BATCH = 500  # messages per wh_redrive call
 _ENDPOINT_ID_RE = re.compile(r"ep_[0-9A-HJKMNP-TV-Z]{26}")  # the prefix and a ULID
 
 
@@ -209,8 +210,9 @@ class EndpointStore:
                 picked = picked[: limit - picked_total]
                 truncated = True
             picked_total += len(picked)
-            for start in range(0, len(picked), 500):
-                r, e, _ = await self.redrive_messages(p, picked[start : start + 500])
+            for start in range(0, len(picked), RECOVER_BATCH):
+                batch = picked[start : start + RECOVER_BATCH]
+                r, e, _ = await self.redrive_messages(p, tenant, endpoint_id, batch)
                 recovered += r
                 expired += e
             if truncated:
@@ -221,33 +223,29 @@ class EndpointStore:
         self, partition: int, tenant: str, endpoint_id: str, since_ms: int, most: int
     ) -> list[tuple[str, str]]:
         """(dead-letter entry id, message id) of the endpoint's failures since `since_ms` in
-        one partition, oldest first, at most `most` (the stream is read in pages)."""
-        dlq = self.keys.webhook_dead_letters(partition)
+        one partition, oldest first, at most `most`: read from the endpoint's own index
+        (wh_result.lua), so other endpoints' dead letters cost nothing. A member whose entry
+        is gone (purged, trimmed) is dropped by wh_redrive.lua."""
+        index = self.keys.webhook_dead_letter_index(partition, tenant, endpoint_id)
+        members = await self.redis.zrangebyscore(index, since_ms, "+inf", start=0, num=most)
         picked: list[tuple[str, str]] = []
-        start = f"{since_ms}-0"
-        while len(picked) < most:
-            entries = await self.redis.xrange(dlq, start, "+", count=RECOVER_PAGE)
-            for entry_id, f in entries:
-                if f.get("tenant") == tenant and f.get("target") == endpoint_id:
-                    picked.append((entry_id, f.get("message", "")))
-                    if len(picked) == most:
-                        break
-            if len(entries) < RECOVER_PAGE:
-                break
-            start = "(" + entries[-1][0]
+        for member in members:  # "<entry id> <message id>"
+            entry_id, _, message_id = member.partition(" ")
+            picked.append((entry_id, message_id))
         return picked
 
     async def redrive_messages(
-        self, partition: int, entries: Sequence[tuple[str, str]]
+        self, partition: int, tenant: str, target: str, entries: Sequence[tuple[str, str]]
     ) -> tuple[int, int, int]:
-        """(dead-letter entry id, message id) pairs of one partition -> (redriven, expired,
-        skipped); see wh_redrive.lua."""
+        """(dead-letter entry id, message id) pairs of one partition, all of one (tenant,
+        target) -> (redriven, expired, skipped); see wh_redrive.lua."""
         if not entries:
             return 0, 0, 0
         keys = [self.keys.webhook_due(partition), self.keys.webhook_dead_letters(partition)]
+        index = self.keys.webhook_dead_letter_index(partition, tenant, target)
         args: list[Arg] = []
         for entry_id, message_id in entries:
-            keys.append(self.keys.webhook_message(partition, message_id))
+            keys.extend((self.keys.webhook_message(partition, message_id), index))
             args.extend((entry_id, message_id))
         reply = await self.queue.scripts.run(ScriptCall(Script.WH_REDRIVE, keys, args))
         if isinstance(reply, Exception):

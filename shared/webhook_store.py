@@ -20,6 +20,7 @@ from shared.webhook_signing import generate_secret
 
 DISPATCHER_GROUP = "dispatcher"
 LOG_CAP = 200
+DLQ_INDEX_PAGE = 1_000
 MESSAGE_FIELDS = ("event_id", "event_type", "job_id", "tenant", "url", "payload", "target",
                   "created_ms")  # fmt: skip
 
@@ -67,6 +68,12 @@ class Recorded:
     health: Health | None = None
 
 
+def _target_of(dead_letter: Mapping[str, str]) -> str:
+    """A dead letter's target as Message.target names it (entries from before targets say
+    nothing: the job's webhook_url)."""
+    return dead_letter.get("target") or "job"
+
+
 class WebhookStore:
     def __init__(self, queue: JobQueue) -> None:
         self.queue = queue
@@ -84,6 +91,37 @@ class WebhookStore:
             except ResponseError as exc:
                 if "BUSYGROUP" not in str(exc):
                     raise
+            await self.index_dead_letters(p)
+
+    async def index_dead_letters(self, partition: int) -> int:
+        """Index the partition's webhook dead letters by (tenant, target), as wh_result.lua
+        does for new ones: once per partition (a marker), for those written before the
+        index existed. The stream is capped (SPLATQ_DLQ_MAXLEN) and read in pages. Idempotent,
+        and a member of an entry redriven meanwhile is dropped by wh_redrive.lua."""
+        marker = self.keys.webhook_dead_letters_indexed(partition)
+        if await self.redis.exists(marker):
+            return 0
+        dlq = self.keys.webhook_dead_letters(partition)
+        ttl_ms = 2 * JOB_RETENTION_MS  # as wh_result.lua
+        indexed, start = 0, "-"
+        while True:
+            entries = await self.redis.xrange(dlq, start, "+", count=DLQ_INDEX_PAGE)
+            pipe = self.redis.pipeline(transaction=False)
+            for entry_id, f in entries:
+                index = self.keys.webhook_dead_letter_index(
+                    partition, f.get("tenant", ""), _target_of(f)
+                )
+                score = int(entry_id.partition("-")[0])
+                pipe.zadd(index, {f"{entry_id} {f.get('message', '')}": score})
+                pipe.pexpire(index, ttl_ms)
+            if entries:
+                await pipe.execute()
+            indexed += len(entries)
+            if len(entries) < DLQ_INDEX_PAGE:
+                break
+            start = "(" + entries[-1][0]
+        await self.redis.set(marker, "1")
+        return indexed
 
     async def tenant_secret(self, tenant: str) -> str:
         """The tenant's signing secret, created on first use (SET NX: one wins)."""
@@ -191,7 +229,8 @@ class WebhookStore:
             calls.append(ScriptCall(
                 Script.WH_RESULT,
                 [self.keys.webhook_due(p), self.keys.webhook_message(p, r.message.id),
-                 self.keys.job_deliveries(r.message.job_id), self.keys.webhook_dead_letters(p)],
+                 self.keys.job_deliveries(r.message.job_id), self.keys.webhook_dead_letters(p),
+                 self.keys.webhook_dead_letter_index(p, r.message.tenant, r.message.target)],
                 [r.message.id, r.outcome, r.delay_ms, attempt, LOG_CAP,
                  self.settings.dlq_maxlen, JOB_RETENTION_MS, r.code, r.reason],
             ))  # fmt: skip
@@ -236,7 +275,10 @@ class WebhookStore:
         if not message_id:
             return "not_redrivable", "entry names no message"
         redriven, expired, _ = await self.endpoints.redrive_messages(
-            letter.partition, [(letter.entry_id, message_id)]
+            letter.partition,
+            letter.fields.get("tenant", ""),
+            _target_of(letter.fields),
+            [(letter.entry_id, message_id)],
         )
         if redriven:
             return "redriven", message_id
@@ -245,8 +287,16 @@ class WebhookStore:
         return "gone", "already pending or delivered"
 
     async def purge_dead_letter(self, letter: DeadLetter) -> bool:
+        """Delete the entry, then its index member. Not atomic, and need not be: a member
+        left behind names an entry that is gone, which wh_redrive.lua drops unsent."""
         key = self.keys.webhook_dead_letters(letter.partition)
-        return bool(await self.redis.xdel(key, letter.entry_id))
+        purged = bool(await self.redis.xdel(key, letter.entry_id))
+        f = letter.fields
+        index = self.keys.webhook_dead_letter_index(
+            letter.partition, f.get("tenant", ""), _target_of(f)
+        )
+        await self.redis.zrem(index, f"{letter.entry_id} {f.get('message', '')}")
+        return purged
 
     async def deliveries(self, job_id: str) -> list[dict[str, Any]]:
         """The job's delivery attempts, oldest first."""

@@ -1,28 +1,41 @@
 -- wh_redrive: send dead-lettered messages again (`recover`, `splatq dlq redrive --kind
 -- webhooks`): each failed message becomes pending with a fresh attempt budget, due now, and
--- leaves the dead-letter stream. A message whose hash has expired cannot be sent again (its
--- payload is gone); its entry stays for the operator to purge.
--- KEYS (one slot): 1 due zset, 2 webhook dead letters, 3.. message hashes
--- ARGV: per message hash, its dead-letter entry id then its message id
--- Returns {redriven, expired, skipped (already pending or delivered: entry removed)}
+-- leaves the dead-letter stream and its (tenant, target) index. A message whose hash has
+-- expired cannot be sent again (its payload is gone); its entry stays for the operator to
+-- purge. An index member whose entry is no longer in the stream (purged, or trimmed by
+-- MAXLEN) is not a dead letter any more: the member is dropped, the message left alone.
+-- KEYS (one slot): 1 due zset, 2 webhook dead letters, then per message: its hash, its
+--       (tenant, target) dead-letter index
+-- ARGV: per message, its dead-letter entry id then its message id
+-- Returns {redriven, expired, skipped (already pending or delivered, or its entry gone:
+-- entry and member removed)}
 local now = now_ms()
 local redriven, expired, skipped = 0, 0, 0
-for i = 3, #KEYS do
-  local entry_id = ARGV[(i - 3) * 2 + 1]
-  local msg_id = ARGV[(i - 3) * 2 + 2]
-  local status = redis.call('HGET', KEYS[i], 'status')
-  if status == 'failed' then
-    redis.call('HSET', KEYS[i], 'status', 'pending', 'attempts', 0, 'next_at_ms', now)
-    redis.call('HDEL', KEYS[i], 'failed_at_ms')
-    redis.call('PERSIST', KEYS[i])
-    redis.call('ZADD', KEYS[1], now, msg_id)
-    redis.call('XDEL', KEYS[2], entry_id)
-    redriven = redriven + 1
-  elseif not status then
-    expired = expired + 1
-  else
-    redis.call('XDEL', KEYS[2], entry_id)
+for i = 3, #KEYS, 2 do
+  local n = i - 3
+  local entry_id, msg_id = ARGV[n + 1], ARGV[n + 2]
+  local msg_key, index_key = KEYS[i], KEYS[i + 1]
+  local member = entry_id .. ' ' .. msg_id
+  if #redis.call('XRANGE', KEYS[2], entry_id, entry_id) == 0 then
+    redis.call('ZREM', index_key, member)
     skipped = skipped + 1
+  else
+    local status = redis.call('HGET', msg_key, 'status')
+    if status == 'failed' then
+      redis.call('HSET', msg_key, 'status', 'pending', 'attempts', 0, 'next_at_ms', now)
+      redis.call('HDEL', msg_key, 'failed_at_ms')
+      redis.call('PERSIST', msg_key)
+      redis.call('ZADD', KEYS[1], now, msg_id)
+      redis.call('XDEL', KEYS[2], entry_id)
+      redis.call('ZREM', index_key, member)
+      redriven = redriven + 1
+    elseif not status then
+      expired = expired + 1
+    else
+      redis.call('XDEL', KEYS[2], entry_id)
+      redis.call('ZREM', index_key, member)
+      skipped = skipped + 1
+    end
   end
 end
 return {redriven, expired, skipped}

@@ -2,8 +2,10 @@
 -- retry at a later time (durable: it is a score in the due set), deferred (not attempted:
 -- the endpoint's circuit is open; the attempt is given back), dropped (its endpoint was
 -- deleted) or failed (dead-lettered with its attempt count and its attempt log: a permanent
--- answer, the last attempt, or a disabled endpoint).
--- KEYS (one slot): 1 due zset, 2 message hash, 3 job delivery log, 4 webhook dead letters
+-- answer, the last attempt, or a disabled endpoint). A dead letter is also indexed under its
+-- (tenant, target), so that `recover` reads only its endpoint's entries.
+-- KEYS (one slot): 1 due zset, 2 message hash, 3 job delivery log, 4 webhook dead letters,
+--       5 the message's (tenant, target) dead-letter index
 -- ARGV: 1 message id, 2 outcome 'delivered'|'retry'|'deferred'|'dropped'|'failed',
 --       3 delay ms (retry, deferred), 4 attempt record JSON ('' = not logged), 5 log cap,
 --       6 dead-letter maxlen, 7 retention ms, 8 reason code, 9 reason detail
@@ -53,8 +55,14 @@ end
 redis.call('HSET', KEYS[2], 'status', 'failed', 'failed_at_ms', now, 'last_error', ARGV[9])
 local m = redis.call('HMGET', KEYS[2], 'event_id', 'job_id', 'tenant', 'url', 'attempts',
   'target', 'event_type', 'log')
-redis.call('XADD', KEYS[4], 'MAXLEN', '~', ARGV[6], '*', 'message', ARGV[1],
+local entry_id = redis.call('XADD', KEYS[4], 'MAXLEN', '~', ARGV[6], '*', 'message', ARGV[1],
   'event_id', m[1] or '', 'event', m[7] or '', 'job', m[2] or '', 'tenant', m[3] or '',
   'target', m[6] or '', 'url', m[4] or '', 'attempts', m[5] or '0', 'reason', ARGV[8],
   'detail', ARGV[9], 'at_ms', now, 'attempt_log', m[8] or '')
+-- Scored by the entry id's time, which `recover {since}` compares with. Members whose entry
+-- was trimmed (MAXLEN) are dropped by wh_redrive when met; the cap and the TTL (twice the
+-- messages' retention: older ones still count as expired for a while) bound the rest.
+redis.call('ZADD', KEYS[5], tonumber(string.match(entry_id, '^%d+')), entry_id .. ' ' .. ARGV[1])
+redis.call('ZREMRANGEBYRANK', KEYS[5], 0, -tonumber(ARGV[6]) - 1)
+redis.call('PEXPIRE', KEYS[5], 2 * tonumber(ARGV[7]))
 return 'failed'
