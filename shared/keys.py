@@ -116,6 +116,11 @@ class KeySchema:
     def idempotency(self, partition: int, digest: str) -> str:
         return f"{self.tag(partition)}:idem:{digest}"
 
+    def fleet(self, partition: int) -> str:
+        """The partition's fleet clock: when a worker last reached Redis, and the total time
+        nobody could (outages and stalls; leases are not charged for it)."""
+        return f"{self.tag(partition)}:fleet"
+
     def alarm_counter(self, partition: int) -> str:
         """Counts stream entries lost to trimming (XAUTOCLAIM's deleted ids)."""
         return f"{self.tag(partition)}:alarm:lost_entries"

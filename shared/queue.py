@@ -615,6 +615,7 @@ class JobQueue:
                         JOB_RETENTION_MS,
                         self._claim_ttl_ms,
                         entry.stream.value,
+                        self.settings.fleet_allowance_ms,
                     ],
                 )
             )
@@ -625,6 +626,17 @@ class JobQueue:
             else:
                 out.append((str(reply[0]), str(reply[1]) if len(reply) > 1 else ""))
         return out
+
+    async def fleet_tick(self, partition: int) -> int:
+        """Tell the partition's fleet clock this worker reached Redis; returns the outage
+        total (ms) counted so far."""
+        reply = await self.scripts.run(
+            ScriptCall(
+                Script.FLEET_TICK, [self.keys.fleet(partition)], [self.settings.fleet_allowance_ms]
+            )
+        )
+        _raise_on_error(reply)
+        return int(reply)
 
     async def record_lost_entries(self, partition: int, count: int) -> None:
         await self.redis.incrby(self.keys.alarm_counter(partition), count)

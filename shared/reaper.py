@@ -94,6 +94,15 @@ class Reaper:
                     stream=entry.stream.value,
                     entry_id=entry.entry_id,
                 )
+            elif outcome == "outage_grace":
+                # The lease key lapsed during time nobody could reach Redis: not the holder's
+                # fault. It stays with its holder, who renews it once it can.
+                log.info(
+                    "lease.outage_grace",
+                    job_id=entry.fields["job"],
+                    stream=entry.stream.value,
+                    grace_ms=detail,
+                )
             elif outcome == "dead_lettered":
                 if self.metrics is not None:
                     self.metrics.dead_letters.labels(

@@ -65,6 +65,7 @@ class Script(StrEnum):
     WH_EP_DELETE = "wh_ep_delete"
     WH_EP_GATE = "wh_ep_gate"
     WH_EP_HEALTH = "wh_ep_health"
+    FLEET_TICK = "fleet_tick"
 
     @property
     def replay_safe(self) -> bool:
@@ -80,7 +81,7 @@ class Script(StrEnum):
 # Everything else is memoized: a resend must answer what the first execution did.
 _REPLAY_SAFE = frozenset({
     Script.RENEW, Script.PRUNE_CONSUMERS, Script.WH_EP_GATE, Script.ENQUEUE, Script.FINISH,
-    Script.TAKE,
+    Script.TAKE, Script.FLEET_TICK,
 })  # fmt: skip
 
 # The memo wrapper: the request's memo key is the last KEYS entry and its TTL the last ARGV

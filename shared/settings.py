@@ -211,6 +211,16 @@ class Settings:
         return max(1, math.ceil(stream_limit * self.tenant_backlog_share))
 
     @property
+    def fleet_allowance_ms(self) -> int:
+        """A gap in every worker's contact with Redis longer than this is an outage (its time
+        is not charged to leases). Workers tick at a third of it."""
+        return self.lease_ttl_ms // 2
+
+    @property
+    def fleet_tick_interval_s(self) -> float:
+        return self.fleet_allowance_ms / 3000.0
+
+    @property
     def heartbeat_interval_s(self) -> float:
         """Leases are renewed every TTL/3, so two renewals can fail before the lease lapses."""
         return self.lease_ttl_ms / 3000.0

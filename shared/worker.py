@@ -128,13 +128,22 @@ class JobContext:
 
     async def progress(self, fraction: float, stage: str) -> None:
         """Record progress (fenced by the lease); a `progress` event at most once a second
-        or on a new stage. Raises `JobCanceled`/`LeaseLost` when the job must stop."""
+        or on a new stage. Raises `JobCanceled`/`LeaseLost` when the job must stop; while
+        Redis cannot be reached the report is skipped and the job goes on."""
         self.raise_if_stopped()
         now = time.monotonic()
         emit = stage != self._last_stage or now - self._last_event_at >= PROGRESS_EVENT_INTERVAL_S
-        reply = await self.queue.report_progress(
-            self.job.id, self.token, min(max(fraction, 0.0), 1.0), stage, emit
-        )
+        try:
+            reply = await self.queue.report_progress(
+                self.job.id, self.token, min(max(fraction, 0.0), 1.0), stage, emit
+            )
+        except (*REDIS_ERRORS, ResponseError) as exc:
+            if isinstance(exc, ResponseError) and not is_transient_reply(exc):
+                raise
+            # Progress is a report, not the fence: Redis being unreachable is not the job's
+            # fault, so the job goes on (the heartbeat and the commit still decide).
+            self.log.warning("progress.not_recorded", stage=stage, error=str(exc)[:200])
+            return
         if emit:
             self._last_event_at, self._last_stage = now, stage
         if reply == 0:
@@ -264,6 +273,7 @@ class Worker:
             asyncio.create_task(self._heartbeat_loop(), name="heartbeat"),
             asyncio.create_task(self._commit_loop(), name="committer"),
             asyncio.create_task(self._maintenance_loop(), name="maintenance"),
+            asyncio.create_task(self._fleet_clock_loop(), name="fleet-clock"),
         ]
         self.log.info(
             "worker.started",
@@ -782,6 +792,20 @@ class Worker:
             running.task.cancel()
 
     # -- periodic maintenance -------------------------------------------------------------
+
+    async def _fleet_clock_loop(self) -> None:
+        """Tick each owned partition's fleet clock, busy or idle: gaps in the fleet's contact
+        with Redis are what tells an outage (not charged to leases) from a dead worker."""
+        interval = self.settings.fleet_tick_interval_s
+        while True:
+            for p in self.partitions:
+                try:
+                    await self.queue.fleet_tick(p)
+                except REDIS_ERRORS:
+                    break  # the gap is the point: nothing to do until Redis answers
+                except ResponseError as exc:
+                    self.log.warning("fleet_clock.error_reply", error=str(exc)[:300])
+            await asyncio.sleep(interval)
 
     async def _maintenance_loop(self) -> None:
         interval = min(self.settings.reaper_interval_ms / 1000, 1.0)

@@ -90,6 +90,28 @@ local function key_tag(key)
   return string.sub(key, 1, (string.find(key, '}', 1, true)))
 end
 
+-- The fleet clock of a partition (`<tag>:fleet`): when a live worker last reached Redis, and
+-- how much time in all nobody could (`outage_ms`). Every worker ticks it several times per
+-- lease TTL, and so does every reclaim. A gap longer than `allowance_ms` since the last
+-- contact means no worker could reach Redis -- an outage, a stall, a failover (or the whole
+-- fleet was down) -- and the whole gap is credited: leases do not lapse for time in which
+-- their holders could not possibly renew them. Returns the outage total after this tick.
+local function fleet_tick(fleet_key, now, allowance_ms)
+  local f = redis.call('HMGET', fleet_key, 'tick_ms', 'outage_ms')
+  local last, outage = tonumber(f[1]), tonumber(f[2]) or 0
+  if last and now - last > allowance_ms then
+    outage = outage + (now - last)
+    redis.call('HSET', fleet_key, 'tick_ms', now, 'outage_ms', outage)
+  else
+    redis.call('HSET', fleet_key, 'tick_ms', now)
+  end
+  return outage
+end
+
+local function fleet_outage(fleet_key)
+  return redis.call('HGET', fleet_key, 'outage_ms') or '0'
+end
+
 -- A tenant's backlog in one stream of a partition: a sorted set of its unfinished job ids
 -- (queued, processing or retrying), scored by enqueue time. enqueue.lua counts it against
 -- the tenant's share; every exit to a terminal status removes the job (ZREM: a repeat is
@@ -161,7 +183,7 @@ end
 --         {'busy'} | {'dead_lettered', detail} (a corrupt record, failed and dead-lettered)
 local function start_entry(job_key, lease_key, events_key, stream_key, claim_key, group,
                            entry_id, token, ttl_ms, consumer, event_id, events_maxlen,
-                           started_name, claim_ttl_ms, failed_name)
+                           started_name, claim_ttl_ms, failed_name, outage_mark)
   if redis.call('EXISTS', job_key) == 0 then
     return {'unknown'}
   end
@@ -194,7 +216,8 @@ local function start_entry(job_key, lease_key, events_key, stream_key, claim_key
   local attempt = (tonumber(st[3]) or 0) + 1
   redis.call('HSET', job_key, 'status', 'processing', 'stage', 'started', 'worker', consumer,
     'started_at_ms', now, 'updated_at_ms', now, 'lease_until_ms', now + tonumber(ttl_ms),
-    'lease_token', token, 'attempts', attempt, 'deliveries', (tonumber(st[4]) or 0) + 1)
+    'lease_token', token, 'attempts', attempt, 'deliveries', (tonumber(st[4]) or 0) + 1,
+    'outage_mark', outage_mark or fleet_outage(key_tag(job_key) .. ':fleet'))
   if claim_key then
     set_claim(claim_key, st[5], 'PROCESSING', claim_ttl_ms)
   end

@@ -1,17 +1,23 @@
 -- reclaim: decide the fate of one entry the reaper took with XAUTOCLAIM. Idle time alone is
--- not trusted: the job's own lease decides.
+-- not trusted: the job's own lease decides, and a lease does not lapse for time in which no
+-- worker could reach Redis (the fleet clock, see fleet_tick in _preamble.lua).
 -- KEYS (one slot): 1 job hash, 2 lease, 3 work stream, 4 dead-letter stream, 5 events stream,
 --                  6 claim key (optional)
 -- ARGV: 1 entry_id, 2 group, 3 max_deliveries, 4 event_id, 5 events_maxlen, 6 dlq_maxlen,
---       7 failed event name, 8 retention_ms, 9 claim_ttl_ms, 10 stream name
+--       7 failed event name, 8 retention_ms, 9 claim_ttl_ms, 10 stream name,
+--       11 fleet allowance ms (a gap in contact longer than this is an outage)
+--   Also ticks `<tag>:fleet` (the job key's own tag: the same slot).
 -- Returns {'take'} (this worker now owns it and must start it) | {'alive'} (handed back to
--- the lease holder) | {'skip', status} | {'stale'} | {'unknown'} |
+-- the lease holder) | {'outage_grace', ms} (the lease key lapsed, but within outage time:
+-- handed back to its holder, who renews it) | {'skip', status} | {'stale'} | {'unknown'} |
 -- {'dead_lettered', deliveries}
 if redis.call('EXISTS', KEYS[1]) == 0 then
   return {'unknown'}
 end
+local now = now_ms()
+local outage = fleet_tick(key_tag(KEYS[1]) .. ':fleet', now, tonumber(ARGV[11]))
 local st = redis.call('HMGET', KEYS[1], 'status', 'entry_id', 'deliveries', 'worker', 'id',
-  'error_code')
+  'error_code', 'lease_until_ms', 'outage_mark')
 local status, entry, worker, job_id = st[1], st[2], st[4], st[5]
 -- A corrupt count reads as the limit: such a record is dead-lettered, never crashes a reaper.
 local deliveries = tonumber(st[3] or '0') or tonumber(ARGV[3])
@@ -30,7 +36,17 @@ if redis.call('EXISTS', KEYS[2]) == 1 then
   end
   return {'alive'}
 end
-local now = now_ms()
+if status == 'processing' and worker and worker ~= '' then
+  -- The lease key expired; but time in which nobody could reach Redis does not count
+  -- against its holder. Within that credit the holder is presumed alive: it renews (and
+  -- re-takes the lease) once it can, and the job is committed once, by the run that ran it.
+  local credit = outage - (tonumber(st[8]) or outage)
+  local deadline = (tonumber(st[7]) or 0) + credit
+  if credit > 0 and now < deadline then
+    redis.call('XCLAIM', KEYS[3], ARGV[2], worker, 0, ARGV[1], 'JUSTID')
+    return {'outage_grace', deadline - now}
+  end
+end
 if deliveries >= tonumber(ARGV[3]) and can_move(status, 'failed') then
   local msg = 'delivered ' .. deliveries .. ' times without finishing (limit '
     .. ARGV[3] .. ')'

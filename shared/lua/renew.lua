@@ -14,7 +14,10 @@ if holder and holder ~= ARGV[1] then
   return 0
 end
 redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
-redis.call('HSET', KEYS[2], 'lease_until_ms', now_ms() + tonumber(ARGV[2]))
+-- The lease's deadline and the fleet's outage total as of now: reclaim.lua extends the
+-- deadline by any outage counted after this renewal.
+redis.call('HSET', KEYS[2], 'lease_until_ms', now_ms() + tonumber(ARGV[2]),
+  'outage_mark', fleet_outage(key_tag(KEYS[2]) .. ':fleet'))
 redis.call('XCLAIM', KEYS[3], ARGV[3], ARGV[4], 0, ARGV[5], 'JUSTID')
 if redis.call('HGET', KEYS[2], 'cancel_requested') == '1' then
   return 2

@@ -22,6 +22,9 @@ local out = {}
 local memo = {}
 local seq = 0
 
+-- The fleet's outage total as of these starts (read once for the batch; see fleet_tick).
+local outage_mark = fleet_outage(tag .. ':fleet')
+
 local prior = redis.call('GET', KEYS[4])
 if prior then
   for _, m in ipairs(cjson.decode(prior)) do
@@ -52,7 +55,7 @@ local function take_from(stream_key, stream_name, n)
       seq = seq + 1
       started = start_entry(tag .. ':job:' .. job, tag .. ':lease:' .. job, KEYS[3],
         stream_key, claim, group, entry_id, ARGV[7] .. entry_id, ARGV[6], consumer,
-        ARGV[12] .. seq, ARGV[8], ARGV[9], ARGV[10], ARGV[14])
+        ARGV[12] .. seq, ARGV[8], ARGV[9], ARGV[10], ARGV[14], outage_mark)
     end
     if started == nil or started[1] == 'unknown' then
       out[#out + 1] = {stream_name, entry_id, 'raw', fields}

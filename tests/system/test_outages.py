@@ -1,0 +1,97 @@
+"""Redis itself stalls (SIGSTOP) longer than the lease TTL while real worker processes run
+jobs: the outage is not the jobs' fault, so none of them is re-run."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+from redis.asyncio import Redis
+
+from shared.queue import JobQueue
+from shared.redis_client import connect
+from shared.redis_server import RedisServer
+from tests.conftest import engine_settings, job_events, spec, wait_for_status
+from tests.faultproxy import FaultProxy
+from tests.handlers import runs_key
+from tests.system.conftest import SpawnWorker
+
+pytestmark = pytest.mark.slow
+
+TTL_MS = 1500
+
+
+@pytest.fixture
+async def stallable(tmp_path: Path) -> AsyncIterator[RedisServer]:
+    """A redis-server of this test alone: the test freezes it."""
+    server = RedisServer(tmp_path / "redis", appendonly=False)
+    await server.start()
+    yield server
+    if server.process is not None:
+        server.process.send_signal(signal.SIGCONT)
+    await server.stop()
+
+
+async def test_redis_stalled_past_the_lease_five_times_reruns_no_job(
+    stallable: RedisServer, spawn_worker: SpawnWorker
+) -> None:
+    """Redis SIGSTOPped for 2.2 s (lease TTL 1.5 s) five times while two worker processes run
+    eight 4 s jobs: every job completes after one run, one attempt, one `completed` event."""
+    client: Redis = connect(stallable.url)
+    try:
+        queue = JobQueue(client, engine_settings(stallable.url, lease_ttl_ms=TTL_MS))
+        await queue.setup()
+        jobs = [await queue.enqueue(spec("full", sleep_s=4)) for _ in range(8)]
+        for _ in range(2):
+            spawn_worker(stallable.url, SPLATQ_LEASE_TTL_MS=str(TTL_MS))
+        for j in jobs:
+            await wait_for_status(queue, j.job_id, {"processing"}, timeout_s=30)
+        assert stallable.process is not None
+        for _ in range(5):
+            stallable.process.send_signal(signal.SIGSTOP)
+            await asyncio.sleep(2.2)
+            stallable.process.send_signal(signal.SIGCONT)
+            await asyncio.sleep(0.8)
+        for j in jobs:
+            done = await wait_for_status(queue, j.job_id, {"completed", "failed"}, timeout_s=60)
+            assert done.status.value == "completed", done.error
+            assert done.attempts == 1
+            assert int(await client.get(runs_key(j.job_id)) or 0) == 1
+            events = await job_events(client, queue, j.job_id)
+            assert events.count("3d_reconstruction.completed") == 1
+    finally:
+        await client.aclose()
+
+
+async def test_redis_unreachable_past_the_lease_five_times_reruns_no_job(
+    stallable: RedisServer, spawn_worker: SpawnWorker
+) -> None:
+    """Every worker's connection to Redis is cut and refused for 2.2 s (lease TTL 1.5 s),
+    five times, while two worker processes run eight 4 s jobs: whichever worker reaches
+    Redis first afterwards, no lease counts the outage, and every job completes after one
+    run and one attempt."""
+    proxy = FaultProxy(stallable.port)
+    await proxy.start()
+    client: Redis = connect(stallable.url)
+    try:
+        queue = JobQueue(client, engine_settings(stallable.url, lease_ttl_ms=TTL_MS))
+        await queue.setup()
+        jobs = [await queue.enqueue(spec("full", sleep_s=4)) for _ in range(8)]
+        for _ in range(2):
+            spawn_worker(proxy.url, SPLATQ_LEASE_TTL_MS=str(TTL_MS))
+        for j in jobs:
+            await wait_for_status(queue, j.job_id, {"processing"}, timeout_s=30)
+        for _ in range(5):
+            proxy.outage(2.2)
+            await asyncio.sleep(3.0)
+        for j in jobs:
+            done = await wait_for_status(queue, j.job_id, {"completed", "failed"}, timeout_s=60)
+            assert done.status.value == "completed", done.error
+            assert done.attempts == 1
+            assert int(await client.get(runs_key(j.job_id)) or 0) == 1
+    finally:
+        await client.aclose()
+        await proxy.stop()
