@@ -125,6 +125,8 @@ class JobRecord:
     request_fingerprint: str = ""
     # The run folder holding the committed artifacts ('' = directly under the job).
     artifact_run: str = ""
+    # Worker deaths charged to this job (1/k each, k = jobs sharing the worker).
+    delivery_charge: float = 0.0
 
     @classmethod
     def from_hash(cls, raw: Mapping[str, str]) -> JobRecord:
@@ -167,6 +169,7 @@ class JobRecord:
             version=raw.get("v", ""),
             request_fingerprint=raw.get("request_fingerprint", ""),
             artifact_run=raw.get("artifact_run", ""),
+            delivery_charge=float(raw.get("delivery_charge") or 0.0),
         )
 
 

@@ -312,6 +312,7 @@ class JobQueue:
         tokens: Sequence[str],
         consumer: str,
         resend_for_s: float = 0.0,
+        running: int = 0,
     ) -> list[StartResult]:
         """Take the leases and move the jobs to processing (one round trip for all)."""
         calls = []
@@ -338,6 +339,7 @@ class JobQueue:
                         EventType.STARTED.value,
                         self._claim_ttl_ms,
                         EventType.FAILED.value,
+                        max(running, len(entries)),
                     ],
                 )
             )
@@ -363,6 +365,7 @@ class JobQueue:
         idle: int,
         consumer: str,
         resend_for_s: float = 0.0,
+        running: int = 0,
     ) -> list[Taken]:
         """Read and start up to the free slots' worth of new entries in one round trip."""
         nonce = f"{secrets.token_hex(8)}:"
@@ -393,6 +396,7 @@ class JobQueue:
                     JOB_FORMAT_VERSION,
                     EventType.FAILED.value,
                     self.settings.script_replay_ttl_ms,
+                    running,
                 ],
                 request_id,
             ),
@@ -440,7 +444,7 @@ class JobQueue:
                     self.keys.job(job_id),
                     self.keys.stream(partition_of(job_id), stream),
                 ],
-                [token, self.settings.lease_ttl_ms, self.group, consumer, entry_id],
+                [token, self.settings.lease_ttl_ms, self.group, consumer, entry_id, len(leases)],
             )
             for job_id, stream, entry_id, token in leases
         ]
@@ -616,6 +620,7 @@ class JobQueue:
                         self._claim_ttl_ms,
                         entry.stream.value,
                         self.settings.fleet_allowance_ms,
+                        self.settings.max_deliveries_hard_cap,
                     ],
                 )
             )

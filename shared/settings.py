@@ -211,6 +211,12 @@ class Settings:
         return max(1, math.ceil(stream_limit * self.tenant_backlog_share))
 
     @property
+    def max_deliveries_hard_cap(self) -> int:
+        """Deliveries after which a job is dead-lettered whatever its crash charge (a death
+        beside k other jobs charges only 1/k against SPLATQ_MAX_DELIVERIES)."""
+        return self.max_deliveries * 3
+
+    @property
     def fleet_allowance_ms(self) -> int:
         """A gap in every worker's contact with Redis longer than this is an outage (its time
         is not charged to leases). Workers tick at a third of it."""

@@ -400,6 +400,7 @@ class Worker:
             self.pool.idle,
             self.consumer,
             resend_for_s=RESEND_WINDOW_S,
+            running=len(self._running),
         )
         for t in taken:
             if self.metrics is not None:
@@ -435,7 +436,11 @@ class Worker:
         tokens = [secrets.token_hex(12) for _ in valid]
         try:
             results = await self.queue.start_many(
-                valid, tokens, self.consumer, resend_for_s=RESEND_WINDOW_S
+                valid,
+                tokens,
+                self.consumer,
+                resend_for_s=RESEND_WINDOW_S,
+                running=len(self._running) + len(valid),
             )
         except REDIS_ERRORS:
             # Unknown whether the scripts ran: the entries stay pending and any lease taken

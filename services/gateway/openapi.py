@@ -410,6 +410,18 @@ def openapi_document(server_url: str) -> dict[str, Any]:
                         "started_at": {"type": ["string", "null"], "format": "date-time"},
                         "completed_at": {"type": ["string", "null"], "format": "date-time"},
                         "attempts": {"type": "integer", "minimum": 0},
+                        "deliveries": {
+                            "type": "integer",
+                            "minimum": 0,
+                            "description": "times a worker took the job (released ones not"
+                            " counted)",
+                        },
+                        "delivery_charge": {
+                            "type": "number",
+                            "minimum": 0,
+                            "description": "worker deaths charged to the job: 1/k each when k"
+                            " jobs shared the dying worker; SPLATQ_MAX_DELIVERIES applies to it",
+                        },
                         "progress": {"type": "number", "minimum": 0, "maximum": 1},
                         "stage": {"type": "string"},
                         "cached": {"type": "boolean"},

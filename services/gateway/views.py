@@ -32,6 +32,10 @@ def job_view(job: JobRecord, base_url: str, cached: bool = False) -> dict[str, A
         "started_at": rfc3339(job.started_at_ms),
         "completed_at": rfc3339(job.completed_at_ms),
         "attempts": job.attempts,
+        # Times a worker took the job, and the worker deaths charged to it (1/k each when k
+        # jobs shared the dying worker; the dead-letter limit applies to the charge).
+        "deliveries": job.deliveries,
+        "delivery_charge": round(job.delivery_charge, 2),
         "progress": round(job.progress, 4),
         "stage": job.stage,
         "cached": cached,

@@ -183,7 +183,7 @@ end
 --         {'busy'} | {'dead_lettered', detail} (a corrupt record, failed and dead-lettered)
 local function start_entry(job_key, lease_key, events_key, stream_key, claim_key, group,
                            entry_id, token, ttl_ms, consumer, event_id, events_maxlen,
-                           started_name, claim_ttl_ms, failed_name, outage_mark)
+                           started_name, claim_ttl_ms, failed_name, outage_mark, co_running)
   if redis.call('EXISTS', job_key) == 0 then
     return {'unknown'}
   end
@@ -217,7 +217,8 @@ local function start_entry(job_key, lease_key, events_key, stream_key, claim_key
   redis.call('HSET', job_key, 'status', 'processing', 'stage', 'started', 'worker', consumer,
     'started_at_ms', now, 'updated_at_ms', now, 'lease_until_ms', now + tonumber(ttl_ms),
     'lease_token', token, 'attempts', attempt, 'deliveries', (tonumber(st[4]) or 0) + 1,
-    'outage_mark', outage_mark or fleet_outage(key_tag(job_key) .. ':fleet'))
+    'outage_mark', outage_mark or fleet_outage(key_tag(job_key) .. ':fleet'),
+    'co_running', co_running or 1)
   if claim_key then
     set_claim(claim_key, st[5], 'PROCESSING', claim_ttl_ms)
   end

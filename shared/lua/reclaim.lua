@@ -5,7 +5,8 @@
 --                  6 claim key (optional)
 -- ARGV: 1 entry_id, 2 group, 3 max_deliveries, 4 event_id, 5 events_maxlen, 6 dlq_maxlen,
 --       7 failed event name, 8 retention_ms, 9 claim_ttl_ms, 10 stream name,
---       11 fleet allowance ms (a gap in contact longer than this is an outage)
+--       11 fleet allowance ms (a gap in contact longer than this is an outage),
+--       12 hard cap on deliveries (dead-letters whatever the charge)
 --   Also ticks `<tag>:fleet` (the job key's own tag: the same slot).
 -- Returns {'take'} (this worker now owns it and must start it) | {'alive'} (handed back to
 -- the lease holder) | {'outage_grace', ms} (the lease key lapsed, but within outage time:
@@ -17,7 +18,7 @@ end
 local now = now_ms()
 local outage = fleet_tick(key_tag(KEYS[1]) .. ':fleet', now, tonumber(ARGV[11]))
 local st = redis.call('HMGET', KEYS[1], 'status', 'entry_id', 'deliveries', 'worker', 'id',
-  'error_code', 'lease_until_ms', 'outage_mark')
+  'error_code', 'lease_until_ms', 'outage_mark', 'delivery_charge', 'lapses', 'co_running')
 local status, entry, worker, job_id = st[1], st[2], st[4], st[5]
 -- A corrupt count reads as the limit: such a record is dead-lettered, never crashes a reaper.
 local deliveries = tonumber(st[3] or '0') or tonumber(ARGV[3])
@@ -47,16 +48,38 @@ if status == 'processing' and worker and worker ~= '' then
     return {'outage_grace', deadline - now}
   end
 end
-if deliveries >= tonumber(ARGV[3]) and can_move(status, 'failed') then
-  local msg = 'delivered ' .. deliveries .. ' times without finishing (limit '
-    .. ARGV[3] .. ')'
+-- Crash attribution: the lease lapsed while Redis was reachable, so the job's worker died (or
+-- stalled past the lease). That is evidence against the job only in part: 1/k when k jobs
+-- shared the worker (`co_running`, kept by start and renew). A job alone on its worker at
+-- every death -- the poison signal -- is charged in full each time. The limit applies to the
+-- charge; the raw delivery count has a hard cap of its own, so nothing cycles forever.
+local max_charge = tonumber(ARGV[3])
+local charge = tonumber(st[9]) or 0
+local lapses = st[10] or ''
+if status == 'processing' then
+  local k = math.max(1, tonumber(st[11]) or 1)
+  charge = charge + 1 / k
+  lapses = lapses .. now .. ' ' .. (worker or '?') .. ' ' .. k .. ';'
+  -- only the last eight deaths are kept
+  local _, count = string.gsub(lapses, ';', '')
+  while count > 8 do
+    lapses = string.sub(lapses, string.find(lapses, ';', 1, true) + 1)
+    count = count - 1
+  end
+end
+if (charge >= max_charge - 1e-9 or deliveries >= tonumber(ARGV[12]))
+    and can_move(status, 'failed') then
+  local msg = string.format('its worker died %d times while running it, charged %.2f of a'
+    .. ' limit of %d (a death counts 1/k when k jobs shared the worker); delivered %d times',
+    select(2, string.gsub(lapses, ';', '')), charge, max_charge, deliveries)
   redis.call('XADD', KEYS[4], 'MAXLEN', '~', ARGV[6], '*', 'job', job_id, 'entry', ARGV[1],
     'stream', ARGV[10], 'reason', 'max_deliveries_exceeded', 'deliveries', deliveries,
+    'charge', string.format('%.2f', charge), 'lapses', lapses,
     'last_worker', worker or '', 'last_error', st[6] or '', 'at_ms', now)
   redis.call('HSET', KEYS[1], 'status', 'failed', 'error_code', 'dead_lettered',
     'error_message', msg, 'error_retryable', '0', 'completed_at_ms', now,
     'updated_at_ms', now, 'stage', 'dead_lettered', 'worker', '', 'lease_until_ms', 0,
-    'lease_token', '')
+    'lease_token', '', 'delivery_charge', string.format('%.4f', charge), 'lapses', lapses)
   redis.call('PEXPIRE', KEYS[1], ARGV[8])
   backlog_done(KEYS[1])
   if KEYS[6] then set_claim(KEYS[6], job_id, 'FAILED', ARGV[9]) end
@@ -69,7 +92,8 @@ if status == 'processing' then
   -- the worker died (or stalled past its lease): the job goes back to queued, and this
   -- reaper's worker, which now owns the entry, starts it again
   redis.call('HSET', KEYS[1], 'status', 'queued', 'stage', 'recovered', 'worker', '',
-    'lease_until_ms', 0, 'updated_at_ms', now, 'lease_token', '')
+    'lease_until_ms', 0, 'updated_at_ms', now, 'lease_token', '',
+    'delivery_charge', string.format('%.4f', charge), 'lapses', lapses)
   redis.call('HINCRBY', KEYS[1], 'reclaims', 1)
 end
 return {'take'}

@@ -19,6 +19,7 @@ if not can_move(status, 'queued') then
 end
 local now = now_ms()
 redis.call('HSET', KEYS[2], 'status', 'queued', 'stage', 'redriven', 'deliveries', 0,
+  'delivery_charge', 0, 'lapses', '',
   'updated_at_ms', now, 'cancel_requested', '0')
 redis.call('HDEL', KEYS[2], 'error_code', 'error_message', 'error_retryable', 'completed_at_ms')
 redis.call('HINCRBY', KEYS[2], 'redrives', 1)

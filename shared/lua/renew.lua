@@ -4,7 +4,7 @@
 -- by reclaim): a holder whose lease key lapsed -- a Redis outage, a stall -- while nobody
 -- took the job over gets its lease back; one that was taken over is told it lost it.
 -- KEYS (one slot): 1 lease, 2 job hash, 3 work stream
--- ARGV: 1 token, 2 ttl_ms, 3 group, 4 consumer, 5 entry_id
+-- ARGV: 1 token, 2 ttl_ms, 3 group, 4 consumer, 5 entry_id, 6 jobs running on this worker
 -- Returns 0 (lease lost: stop, commit nothing) | 1 (renewed) | 2 (renewed; cancel requested)
 if not holds_run(KEYS[2], ARGV[1]) then
   return 0
@@ -17,7 +17,7 @@ redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
 -- The lease's deadline and the fleet's outage total as of now: reclaim.lua extends the
 -- deadline by any outage counted after this renewal.
 redis.call('HSET', KEYS[2], 'lease_until_ms', now_ms() + tonumber(ARGV[2]),
-  'outage_mark', fleet_outage(key_tag(KEYS[2]) .. ':fleet'))
+  'outage_mark', fleet_outage(key_tag(KEYS[2]) .. ':fleet'), 'co_running', ARGV[6])
 redis.call('XCLAIM', KEYS[3], ARGV[3], ARGV[4], 0, ARGV[5], 'JUSTID')
 if redis.call('HGET', KEYS[2], 'cancel_requested') == '1' then
   return 2

@@ -9,7 +9,7 @@
 -- ARGV: 1 group, 2 consumer, 3 own interactive, 4 own synthesis, 5 idle slots, 6 ttl_ms,
 --       7 token nonce, 8 events_maxlen, 9 started event name, 10 claim_ttl_ms, 11 key tag
 --       ('splatq:{p0}'), 12 event id base, 13 job format version, 14 failed event name,
---       15 replay memo TTL ms
+--       15 replay memo TTL ms, 16 jobs already running on this worker
 -- Returns a list of {stream name, entry id, outcome, payload}: outcome 'started' (payload =
 -- flat job hash), 'raw' (payload = the entry's flat fields; the worker validates and
 -- dead-letters it), 'dead_lettered' (payload = {why}: a corrupt job record, failed and
@@ -37,6 +37,10 @@ if prior then
   return out
 end
 
+-- Phase one reads; phase two starts what was read, so every start knows how many jobs the
+-- worker will run at once (`co_running`: a worker death is charged 1/k to each of them).
+local read = {}
+
 local function take_from(stream_key, stream_name, n)
   if n <= 0 then return 0 end
   local reply = redis.call('XREADGROUP', 'GROUP', group, consumer, 'COUNT', n,
@@ -44,31 +48,7 @@ local function take_from(stream_key, stream_name, n)
   if not reply then return 0 end
   local entries = reply[1][2]
   for _, e in ipairs(entries) do
-    local entry_id, fields = e[1], e[2]
-    local f = {}
-    for i = 1, #fields, 2 do f[fields[i]] = fields[i + 1] end
-    local job = f['job']
-    local started = nil
-    if job and f['v'] == ARGV[13] and string.find(job, '^job_%d%d%d[0-9A-Z]+$') then
-      local claim = f['claim']
-      if not claim or string.sub(claim, 1, #tag + 6) ~= tag .. ':idem:' then claim = nil end
-      seq = seq + 1
-      started = start_entry(tag .. ':job:' .. job, tag .. ':lease:' .. job, KEYS[3],
-        stream_key, claim, group, entry_id, ARGV[7] .. entry_id, ARGV[6], consumer,
-        ARGV[12] .. seq, ARGV[8], ARGV[9], ARGV[10], ARGV[14], outage_mark)
-    end
-    if started == nil or started[1] == 'unknown' then
-      out[#out + 1] = {stream_name, entry_id, 'raw', fields}
-      memo[#memo + 1] = out[#out]
-    else
-      local outcome = table.remove(started, 1)
-      out[#out + 1] = {stream_name, entry_id, outcome, started}
-      if outcome == 'started' then
-        memo[#memo + 1] = {stream_name, entry_id, outcome, tag .. ':job:' .. job}
-      else
-        memo[#memo + 1] = out[#out]
-      end
-    end
+    read[#read + 1] = {stream_key, stream_name, e[1], e[2]}
   end
   return #entries
 end
@@ -79,6 +59,35 @@ local idle = tonumber(ARGV[5]) - got
 if idle > 0 then
   idle = idle - take_from(KEYS[1], 'interactive', idle)
   take_from(KEYS[2], 'synthesis', idle)
+end
+
+local co_running = tonumber(ARGV[16]) + #read
+for _, r in ipairs(read) do
+  local stream_key, stream_name, entry_id, fields = r[1], r[2], r[3], r[4]
+  local f = {}
+  for i = 1, #fields, 2 do f[fields[i]] = fields[i + 1] end
+  local job = f['job']
+  local started = nil
+  if job and f['v'] == ARGV[13] and string.find(job, '^job_%d%d%d[0-9A-Z]+$') then
+    local claim = f['claim']
+    if not claim or string.sub(claim, 1, #tag + 6) ~= tag .. ':idem:' then claim = nil end
+    seq = seq + 1
+    started = start_entry(tag .. ':job:' .. job, tag .. ':lease:' .. job, KEYS[3],
+      stream_key, claim, group, entry_id, ARGV[7] .. entry_id, ARGV[6], consumer,
+      ARGV[12] .. seq, ARGV[8], ARGV[9], ARGV[10], ARGV[14], outage_mark, co_running)
+  end
+  if started == nil or started[1] == 'unknown' then
+    out[#out + 1] = {stream_name, entry_id, 'raw', fields}
+    memo[#memo + 1] = out[#out]
+  else
+    local outcome = table.remove(started, 1)
+    out[#out + 1] = {stream_name, entry_id, outcome, started}
+    if outcome == 'started' then
+      memo[#memo + 1] = {stream_name, entry_id, outcome, tag .. ':job:' .. job}
+    else
+      memo[#memo + 1] = out[#out]
+    end
+  end
 end
 if #memo > 0 then
   redis.call('SET', KEYS[4], cjson.encode(memo), 'PX', ARGV[15])

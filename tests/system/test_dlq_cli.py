@@ -39,12 +39,15 @@ async def splatq_dlq(redis_url: str, *args: str) -> tuple[int, str, str]:
 
 
 async def _dead_letter_a_job(queue: JobQueue, redis: Redis) -> str:
-    """A job whose worker died with its last allowed delivery: the reaper dead-letters it."""
+    """A job whose worker died with its last allowed charge: the reaper dead-letters it."""
     job_id = (await queue.enqueue(spec(order="X-1"))).job_id
     [taken] = await queue.take(0, {StreamName.INTERACTIVE: 1}, 1, "dead-worker")
     assert taken.outcome == "started"
     await redis.delete(queue.keys.lease(job_id))
-    await redis.hset(queue.keys.job(job_id), "deliveries", queue.settings.max_deliveries)
+    # Its earlier deaths (alone on its worker) already charged all but the last one.
+    await redis.hset(
+        queue.keys.job(job_id), "delivery_charge", str(queue.settings.max_deliveries - 1)
+    )
     reaper = Reaper(queue, "reaper", 0.0)
 
     async def dead() -> bool:
@@ -74,7 +77,7 @@ async def test_list_show_redrive_and_the_job_completes(
 
     code, out, _ = await splatq_dlq(redis_server.url, "show", entry["id"])
     assert code == 0
-    assert orjson.loads(out)["fields"]["deliveries"] == str(queue.settings.max_deliveries)
+    assert orjson.loads(out)["fields"]["charge"] == f"{queue.settings.max_deliveries:.2f}"
 
     code, out, _ = await splatq_dlq(redis_server.url, "redrive", "--all", "--dry-run", "--json")
     assert code == 0

@@ -1,0 +1,89 @@
+"""Worker deaths are charged to the jobs they interrupt only in part: real worker processes
+SIGKILLed over and over while healthy jobs run, and a real poison job among healthy ones."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import subprocess
+
+import pytest
+from redis.asyncio import Redis
+
+from shared.queue import JobQueue
+from shared.redis_server import RedisServer
+from tests.conftest import spec, wait_for_status
+from tests.system.conftest import SpawnWorker
+
+pytestmark = pytest.mark.slow
+
+
+async def _all_terminal(queue: JobQueue, ids: list[str]) -> bool:
+    for job_id in ids:
+        job = await queue.get(job_id)
+        if job is None or job.status.value not in {"completed", "failed", "canceled"}:
+            return False
+    return True
+
+
+async def test_workers_killed_again_and_again_dead_letter_no_healthy_job(
+    queue: JobQueue, redis: Redis, redis_server: RedisServer, spawn_worker: SpawnWorker
+) -> None:
+    """Two workers (4 slots each) SIGKILLed alternately every 1.5 s, and restarted, until 40
+    healthy 1.2 s jobs are done: none is dead-lettered (SPLATQ_MAX_DELIVERIES 3), because a
+    death beside k jobs charges each only 1/k."""
+    ids = [(await queue.enqueue(spec(sleep_s=1.2))).job_id for _ in range(40)]
+    workers: list[subprocess.Popen[bytes]] = [spawn_worker(redis_server.url) for _ in range(2)]
+    kills = 0
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + 150
+    while not await _all_terminal(queue, ids):
+        assert loop.time() < deadline, "jobs did not finish"
+        await asyncio.sleep(1.5)
+        victim = kills % 2
+        workers[victim].send_signal(signal.SIGKILL)
+        workers[victim].wait(timeout=10)
+        workers[victim] = spawn_worker(redis_server.url)
+        kills += 1
+    assert kills >= 3  # the fleet really was killed repeatedly
+    jobs = [await queue.get(i) for i in ids]
+    failed = [j for j in jobs if j is not None and j.status.value != "completed"]
+    assert failed == [], [(j.id, j.error) for j in failed]
+    assert max(j.deliveries for j in jobs if j is not None) > 1  # deaths did interrupt jobs
+
+
+async def test_a_poison_job_alone_at_each_death_is_dead_lettered_beside_healthy_work(
+    queue: JobQueue, redis: Redis, redis_server: RedisServer, spawn_worker: SpawnWorker
+) -> None:
+    """A job that kills its worker process, in a fleet of two one-slot workers restarted
+    after every death, with healthy jobs flowing beside it: alone on its worker at every
+    death, it is charged in full each time and dead-lettered at the limit (3) with every
+    death explained; every healthy job completes with nothing charged."""
+    poison = (await queue.enqueue(spec(crash_after_s=0.3))).job_id
+    healthy = [(await queue.enqueue(spec(sleep_s=0.2))).job_id for _ in range(8)]
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + 120
+    one_slot = {"SPLATQ_WORKER_CONCURRENCY": "1"}
+    workers = [spawn_worker(redis_server.url, **one_slot) for _ in range(2)]
+    while not await _all_terminal(queue, [poison, *healthy]):
+        assert loop.time() < deadline, "jobs did not finish"
+        for i, w in enumerate(workers):
+            if w.poll() is not None:
+                workers[i] = spawn_worker(redis_server.url, **one_slot)
+        await asyncio.sleep(0.2)
+    job = await wait_for_status(queue, poison, {"failed"})
+    assert job.error is not None
+    assert job.error.code == "dead_lettered"
+    assert job.delivery_charge == pytest.approx(3.0)
+    [(_, letter)] = await redis.xrange(queue.keys.dead_letters(0))
+    assert letter["job"] == poison
+    assert letter["reason"] == "max_deliveries_exceeded"
+    assert letter["charge"] == "3.00"
+    deaths = [d.split() for d in letter["lapses"].split(";") if d]
+    assert len(deaths) == 3
+    assert all(k == "1" for _, _, k in deaths)  # alone on its worker every time
+    for job_id in healthy:
+        done = await queue.get(job_id)
+        assert done is not None
+        assert done.status.value == "completed", done.error
+        assert done.delivery_charge == 0
