@@ -150,3 +150,29 @@ async def test_redis_restart_mid_run_loses_no_accepted_job(
     completed = [f["job_id"] for _, f in entries if f["type"].endswith(".completed")]
     assert sorted(completed) == sorted(ids)
     await client.aclose()
+
+
+async def test_a_fleet_of_one_restarted_takes_its_job_over_within_a_lease(
+    queue: JobQueue, redis: Redis, redis_server: RedisServer, spawn_worker: SpawnWorker
+) -> None:
+    """The only worker is SIGKILLed and a new one starts 3 s later. Nobody ticked the fleet
+    clock meanwhile, so the gap counts as an outage, which postpones the takeover by at most
+    one lease TTL after the new worker first reaches Redis: the job is re-run within
+    TTL + reaper interval + start-up of the new worker."""
+    result = await queue.enqueue(spec(sleep_s=30))
+    victim = spawn_worker(redis_server.url)
+    await wait_for_status(queue, result.job_id, {"processing"}, timeout_s=15)
+    victim.send_signal(signal.SIGKILL)
+    await _exited(victim)
+    await asyncio.sleep(3.0)
+    started = time.monotonic()
+    spawn_worker(redis_server.url)
+
+    async def restarted() -> bool:
+        return int(await redis.get(f"test:runs:{result.job_id}") or 0) == 2
+
+    await wait_until(restarted, timeout_s=20)
+    takeover_s = time.monotonic() - started
+    # TTL 0.9 s (the outage credit) + TTL 0.9 s + reaper 0.2 s, plus the worker's start-up.
+    assert takeover_s < 0.9 + 0.9 + 0.2 + 4.0, takeover_s
+    print(f"fleet-of-one takeover after restart: {takeover_s:.2f} s")
