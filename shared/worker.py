@@ -710,9 +710,10 @@ class Worker:
 
     async def _commit_batch(self, batch: list[_Commit]) -> None:
         """Send a batch until each call has a definite answer. A lost reply or a transient
-        error reply (OOM, READONLY) is resent with the same request id, so the replay memo
-        answers what the first execution did; the run's lease token stays valid meanwhile
-        (the heartbeat re-takes a lapsed lease nobody else took)."""
+        error reply (OOM, READONLY) is resent with the same request id, which finish.lua
+        recognises in the job's `last_commit` and answers as the first execution did; the
+        run's lease token stays valid meanwhile (the heartbeat re-takes a lapsed lease nobody
+        else took)."""
         todo = list(batch)
         delay = 0.05
         while todo:
