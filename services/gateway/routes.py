@@ -20,6 +20,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from redis.exceptions import RedisError
 
 from services.gateway.app import (
+    DECODE_LIMITS,
     DECODE_SLOTS,
     METRICS,
     QUEUE,
@@ -32,7 +33,15 @@ from services.gateway.app import (
 )
 from services.gateway.auth import authenticate
 from services.gateway.endpoints import add_endpoint_routes
-from services.gateway.images import ImageRejected, ValidatedImage, validate_image
+from services.gateway.images import (
+    INLINE_MAX_BYTES,
+    ImageRejected,
+    ValidatedImage,
+    decode_upload,
+    decodes_inline,
+    inspect_upload,
+    validate_image,
+)
 from services.gateway.openapi import openapi_document
 from services.gateway.problems import ApiError, not_found
 from services.gateway.submission import Submission, idempotency_key, read_submission
@@ -125,17 +134,7 @@ async def submit_job(request: web.Request) -> web.Response:
     submission = await read_submission(
         request, settings.max_upload_bytes, settings.webhook_allow_private
     )
-    try:
-        validate = functools.partial(
-            validate_image,
-            max_pixels=settings.max_image_pixels,
-            max_decode_bytes=settings.max_decode_bytes,
-            max_jpeg_scans=settings.max_jpeg_scans,
-        )
-        image = await request.app[DECODE_SLOTS].run(tenant, validate, submission.image)
-    except ImageRejected as exc:
-        counter.labels(exc.code).inc()
-        raise ApiError(exc.status, exc.code, exc.detail) from None
+    image = await _validated_image(request, tenant, submission.image)
     params = submission.params
     model_id = f"{settings.model}:{settings.model_checkpoint}"
     content_key = _content_key(tenant, image, params.quality, model_id)
@@ -172,6 +171,33 @@ async def submit_job(request: web.Request) -> web.Response:
     if created and idem_header and params.cache:
         await _claim_content(queue, content_key, job.id)
     return response
+
+
+async def _validated_image(request: web.Request, tenant: str, data: bytes) -> ValidatedImage:
+    """The pre-decode gate once, then the decode under the tenant's and the process's decode
+    slots. An upload of at most INLINE_MAX_BYTES is inspected on the loop (a walk bounded by
+    its size), and decoded there too when that costs less than the hop to a decode thread;
+    larger ones are inspected and decoded on the pool."""
+    settings = request.app[SETTINGS]
+    slots = request.app[DECODE_SLOTS]
+    try:
+        if len(data) > INLINE_MAX_BYTES:
+            validate = functools.partial(
+                validate_image,
+                max_pixels=settings.max_image_pixels,
+                max_decode_bytes=settings.max_decode_bytes,
+                max_jpeg_scans=settings.max_jpeg_scans,
+            )
+            return await slots.run(tenant, validate, data)
+        limits = request.app[DECODE_LIMITS]
+        header = inspect_upload(data, limits)
+        decode = functools.partial(decode_upload, header=header, max_pixels=limits.max_pixels)
+        if decodes_inline(data, header):
+            return await slots.run_inline(tenant, decode, data)
+        return await slots.run(tenant, decode, data)
+    except ImageRejected as exc:
+        request.app[METRICS].submissions.labels(exc.code).inc()
+        raise ApiError(exc.status, exc.code, exc.detail) from None
 
 
 def _content_key(tenant: str, image: ValidatedImage, quality: str, model_id: str) -> str:

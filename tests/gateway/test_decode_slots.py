@@ -100,3 +100,40 @@ async def test_a_canceled_request_keeps_its_slot_until_the_decode_thread_ends() 
         await _until(lambda: gate.running == 0)
         await asyncio.sleep(0.05)  # the release is scheduled on the loop from the thread
         assert await slots.run("acme", lambda data: data, b"y") == b"y"
+
+
+async def test_an_inline_decode_takes_the_same_slots_on_the_loop_thread() -> None:
+    """run_inline calls the validator on the event loop's thread, under the same slots as
+    run: a tenant whose slots are busy with pooled decodes gets 429 for an inline one too,
+    and with every process slot busy another tenant's inline decode gets 503."""
+    slots = DecodeSlots(total=2, per_tenant=1, wait_s=0.1)
+    async with holding(slots, "acme") as (gate, _):
+        with pytest.raises(ApiError) as info:
+            await slots.run_inline("acme", gate, b"a")
+        assert info.value.code == "too_many_decodes"
+        assert gate.running == 1  # the inline validator never ran
+        loop_thread = threading.get_ident()
+        assert await slots.run_inline("beta", lambda d: (d, threading.get_ident()), b"b") == (
+            b"b",
+            loop_thread,
+        )
+    slots = DecodeSlots(total=2, per_tenant=1, wait_s=0.1)
+    async with holding(slots, "acme", "beta"):
+        with pytest.raises(ApiError) as info:
+            await slots.run_inline("gamma", lambda d: d, b"c")
+        assert info.value.code == "overloaded"
+
+
+async def test_inline_decodes_release_their_slots_even_when_they_raise() -> None:
+    """A rejected inline decode frees both slots at once: the next decode runs at once."""
+    slots = DecodeSlots(total=1, per_tenant=1, wait_s=0.0)
+
+    def refuse(data: bytes) -> bytes:
+        raise ValueError("refused")
+
+    for _ in range(3):
+        with pytest.raises(ValueError, match="refused"):
+            await slots.run_inline("acme", refuse, b"x")
+    assert await slots.run_inline("acme", lambda d: d, b"ok") == b"ok"
+    assert await slots.run("acme", lambda d: d, b"pooled") == b"pooled"
+    slots.close()

@@ -530,3 +530,42 @@ def test_segment_and_chunk_spam_is_image_too_complex() -> None:
     for data in (spam_jpeg, spam_png):
         assert cpu_seconds(functools.partial(validate_image, data)) < 0.5
         assert reject(data).code == "image_too_complex"
+
+
+def test_the_gate_runs_once_and_the_decode_reuses_its_header() -> None:
+    """inspect_upload refuses a scan bomb with no Pillow image; for a valid upload,
+    decode_upload on its header answers exactly what validate_image does."""
+    limits = images.decode_limits(images.DEFAULT_MAX_PIXELS, images.DEFAULT_MAX_DECODE_BYTES, 32)
+    bomb, short = hostile.jpeg_scan_bomb(40, side=64), hostile.png_size_disagrees_with_data()
+    before = pillow_images_created()
+    with pytest.raises(ImageRejected) as info:
+        images.inspect_upload(bomb, limits)
+    assert info.value.code == "image_too_complex"
+    with pytest.raises(ImageRejected) as info:
+        images.decode_upload(short, images.inspect_upload(short, limits), images.DEFAULT_MAX_PIXELS)
+    assert info.value.code == "invalid_image"
+    assert pillow_images_created() == before
+    for data in (corpus.valid_png(32, 32, alpha=True), hostile.small_jpeg(), corpus.valid_png()):
+        header = images.inspect_upload(data, limits)
+        assert images.decode_upload(data, header, images.DEFAULT_MAX_PIXELS) == validate_image(data)
+
+
+def test_only_tiny_uploads_are_decoded_inline() -> None:
+    """Inline (on the event loop) only up to INLINE_MAX_BYTES and pixels x scans up to
+    INLINE_MAX_PIXEL_SCANS: a 32x32 PNG is, a 64x65 one, a large file or a many-scan JPEG
+    of the same size is not."""
+    limits = images.decode_limits(images.DEFAULT_MAX_PIXELS, images.DEFAULT_MAX_DECODE_BYTES, 32)
+
+    def inline(data: bytes) -> bool:
+        return images.decodes_inline(data, images.inspect_upload(data, limits))
+
+    small = corpus.valid_png(32, 32)
+    assert len(small) <= images.INLINE_MAX_BYTES
+    assert inline(small)
+    assert inline(hostile.small_jpeg(16))
+    assert not inline(corpus.valid_png(64, 65))
+    assert not inline(small + b"\x00" * images.INLINE_MAX_BYTES)  # trailing bytes count
+    progressive = hostile.small_jpeg(32, progressive=True)
+    scans = hostile.jpeg_scan_count(progressive)
+    assert scans * 32 * 32 > images.INLINE_MAX_PIXEL_SCANS
+    assert not inline(progressive)
