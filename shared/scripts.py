@@ -18,9 +18,10 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import itertools
+import re
 import secrets
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from enum import StrEnum
 from importlib import resources
 from typing import Any
@@ -28,7 +29,7 @@ from typing import Any
 from redis.asyncio import Redis
 from redis.asyncio.cluster import RedisCluster
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import NoScriptError
+from redis.exceptions import DataError, NoScriptError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from shared.keys import replay_key
@@ -125,8 +126,13 @@ class ScriptCall:
     script: Script
     keys: Sequence[str]
     args: Sequence[Arg]
-    # One id per logical call, kept across every resend of it (see the module docstring).
-    request_id: str = field(default_factory=new_request_id)
+    # One id per logical call, kept across every resend of it (see the module docstring);
+    # given to the memoized scripts only (the others need none).
+    request_id: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.request_id and not self.script.replay_safe:
+            object.__setattr__(self, "request_id", new_request_id())
 
     def problem(self) -> TypeError | None:
         """Why this call cannot be sent (an argument Redis cannot encode), or None. Checked
@@ -146,11 +152,13 @@ class ScriptRunner:
     """Runs scripts singly or many per round trip (a pipeline of EVALSHA)."""
 
     def __init__(self, redis: Redis, replay_ttl_ms: int = DEFAULT_REPLAY_TTL_MS) -> None:
-        preamble = lua_transition_table() + _source("_preamble")
+        helpers = LuaHelpers(lua_transition_table() + _source("_preamble"))
         self._redis = redis
         self._cluster = isinstance(redis, RedisCluster)
         self._replay_ttl_ms = replay_ttl_ms
-        self._bodies = {s: preamble + "\n" + _wrap(s, _source(s.value)) for s in Script}
+        # Each script carries only the helpers it uses (and theirs): Redis runs the whole
+        # text on every call, so an unused helper costs every call its definition.
+        self._bodies = {s: helpers.include_for(_wrap(s, _source(s.value))) for s in Script}
         self._shas = {s: hashlib.sha1(b.encode()).hexdigest() for s, b in self._bodies.items()}
 
     async def load(self) -> None:
@@ -171,23 +179,18 @@ class ScriptRunner:
         answers -- until that many seconds have passed; then the error is raised."""
         if not calls:
             return []
-        results: list[Any] = [c.problem() for c in calls]
-        sendable = [calls[i] for i, r in enumerate(results) if r is None]
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + resend_for_s
-        delay = 0.05
-        while True:
-            try:
-                replies = await self._execute(sendable)
-                break
-            except (RedisConnectionError, RedisTimeoutError, OSError):
-                if loop.time() + delay > deadline:
-                    raise
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, 1.0)
-        indices = [i for i, r in enumerate(results) if r is None]
-        for i, r in zip(indices, replies, strict=True):
-            results[i] = r
+        try:
+            results = await self._send(calls, resend_for_s)
+        except (TypeError, DataError):
+            # An argument Redis cannot encode. Commands are packed before anything is sent,
+            # so nothing ran: each bad call fails alone and the others are sent.
+            results = [c.problem() for c in calls]
+            good = [i for i, r in enumerate(results) if r is None]
+            if len(good) == len(calls):
+                raise
+            sent = await self._send([calls[i] for i in good], resend_for_s)
+            for i, r in zip(good, sent, strict=True):
+                results[i] = r
         missing = [i for i, r in enumerate(results) if isinstance(r, NoScriptError)]
         if missing:
             # Only the NOSCRIPT calls did not run; re-running exactly those is safe.
@@ -196,6 +199,19 @@ class ScriptRunner:
             for i, r in zip(missing, retried, strict=True):
                 results[i] = r
         return results
+
+    async def _send(self, calls: Sequence[ScriptCall], resend_for_s: float) -> list[Any]:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + resend_for_s
+        delay = 0.05
+        while True:
+            try:
+                return await self._execute(calls)
+            except (RedisConnectionError, RedisTimeoutError, OSError):
+                if loop.time() + delay > deadline:
+                    raise
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 1.0)
 
     def _command(self, call: ScriptCall) -> list[Any]:
         """EVALSHA's arguments: the memoized scripts get their memo key and TTL appended."""
@@ -228,6 +244,55 @@ class ScriptRunner:
         for c in calls:
             pipe.evalsha(*self._command(c))
         return list(await pipe.execute(raise_on_error=False))
+
+
+_DEFINITION = re.compile(r"^local (?:function )?([A-Za-z_]\w*)")
+_WORD = re.compile(r"[A-Za-z_]\w*")
+_COMMENT = re.compile(r"--[^\n]*")
+
+
+class LuaHelpers:
+    """The shared Lua helpers (`_preamble.lua` and the generated transition table), cut into
+    one chunk per top-level `local` definition with the comment above it, so that each script
+    gets only the definitions it names, directly or through other helpers, in file order."""
+
+    def __init__(self, source: str) -> None:
+        lines = source.splitlines()
+        starts = [i for i, line in enumerate(lines) if _DEFINITION.match(line)]
+        bounds: list[int] = []
+        for def_line in starts:
+            first = def_line
+            while first > 0 and lines[first - 1].startswith("--"):
+                first -= 1
+            bounds.append(max(first, bounds[-1] + 1) if bounds else first)
+        self._chunks: list[tuple[str, str]] = []  # (defined name, text)
+        for n, start in enumerate(bounds):
+            end = bounds[n + 1] if n + 1 < len(bounds) else len(lines)
+            text = "\n".join(lines[start:end]).rstrip() + "\n"
+            match = _DEFINITION.match(lines[starts[n]])
+            assert match is not None
+            self._chunks.append((match.group(1), text))
+        names = {name for name, _ in self._chunks}
+        self._uses = {
+            name: {w for w in _code_words(text) if w in names and w != name}
+            for name, text in self._chunks
+        }
+
+    def include_for(self, body: str) -> str:
+        needed = {w for w in _code_words(body) if w in self._uses}
+        todo = list(needed)
+        while todo:
+            for dep in self._uses[todo.pop()]:
+                if dep not in needed:
+                    needed.add(dep)
+                    todo.append(dep)
+        head = "".join(text for name, text in self._chunks if name in needed)
+        return head + "\n" + body
+
+
+def _code_words(text: str) -> set[str]:
+    """The identifiers of Lua code, comments left out (they name helpers they do not use)."""
+    return set(_WORD.findall(_COMMENT.sub("", text)))
 
 
 def _wrap(script: Script, body: str) -> str:
