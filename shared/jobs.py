@@ -182,10 +182,23 @@ class JobOutcome:
     model: str = ""
     extra_fields: Mapping[str, str] = field(default_factory=dict)
 
-    def problem(self) -> str | None:
+    def problem(self) -> str | None:  # noqa: PLR0911 - one answer per kind of bad outcome
         """Why this outcome cannot be committed, or None. Checked at the worker's edge so a
         bad outcome fails its own job instead of the commit batch it would travel in (handlers
         are user code: the annotations are promises, not facts)."""
+        artifacts: object = self.artifacts
+        extra: object = self.extra_fields
+        compute: object = self.compute_time_ms
+        if (
+            type(artifacts) is dict
+            and type(extra) is dict
+            and type(self.model) is str
+            and (compute is None or type(compute) is int)
+            and all(type(k) is str and type(v) is str for k, v in artifacts.items())
+            and all(type(k) is str and type(v) is str for k, v in extra.items())
+            and RESERVED_FIELDS.isdisjoint(extra)
+        ):
+            return None  # the common case, without ABC isinstance checks (a hot path)
         mappings: tuple[tuple[str, object], ...] = (
             ("artifacts", self.artifacts),
             ("extra_fields", self.extra_fields),
@@ -201,7 +214,6 @@ class JobOutcome:
                     )
                 if kind == "extra_fields" and name in RESERVED_FIELDS:
                     return f"extra_fields may not set the engine's own field {name!r}"
-        compute: object = self.compute_time_ms
         if compute is not None and (not isinstance(compute, int) or isinstance(compute, bool)):
             return f"compute_time_ms is {type(compute).__name__}, not int"
         model: object = self.model
