@@ -632,16 +632,17 @@ class JobQueue:
                 out.append((str(reply[0]), str(reply[1]) if len(reply) > 1 else ""))
         return out
 
-    async def fleet_tick(self, partition: int) -> int:
-        """Tell the partition's fleet clock this worker reached Redis; returns the outage
-        total (ms) counted so far."""
-        reply = await self.scripts.run(
-            ScriptCall(
-                Script.FLEET_TICK, [self.keys.fleet(partition)], [self.settings.fleet_allowance_ms]
-            )
+    async def fleet_tick(self, partitions: Sequence[int]) -> None:
+        """Tell the fleet clock of each partition that this worker reached Redis (one round
+        trip for all). An error reply for one partition leaves its clock for the next tick."""
+        await self.scripts.run_many(
+            [
+                ScriptCall(
+                    Script.FLEET_TICK, [self.keys.fleet(p)], [self.settings.fleet_allowance_ms]
+                )
+                for p in partitions
+            ]
         )
-        _raise_on_error(reply)
-        return int(reply)
 
     async def record_lost_entries(self, partition: int, count: int) -> None:
         await self.redis.incrby(self.keys.alarm_counter(partition), count)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import signal
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
 import pytest
@@ -35,26 +35,25 @@ async def stallable(tmp_path: Path) -> AsyncIterator[RedisServer]:
     await server.stop()
 
 
-async def test_redis_stalled_past_the_lease_five_times_reruns_no_job(
-    stallable: RedisServer, spawn_worker: SpawnWorker
+async def _eight_jobs_through(
+    server: RedisServer,
+    spawn_worker: SpawnWorker,
+    worker_url: str,
+    fault: Callable[[], Awaitable[None]],
 ) -> None:
-    """Redis SIGSTOPped for 2.2 s (lease TTL 1.5 s) five times while two worker processes run
-    eight 4 s jobs: every job completes after one run, one attempt, one `completed` event."""
-    client: Redis = connect(stallable.url)
+    """Two worker processes (reaching Redis at `worker_url`) run eight 4 s jobs; `fault` is
+    applied once every job is processing. Every job must complete after one run, one
+    attempt and one `completed` event."""
+    client: Redis = connect(server.url)
     try:
-        queue = JobQueue(client, engine_settings(stallable.url, lease_ttl_ms=TTL_MS))
+        queue = JobQueue(client, engine_settings(server.url, lease_ttl_ms=TTL_MS))
         await queue.setup()
         jobs = [await queue.enqueue(spec("full", sleep_s=4)) for _ in range(8)]
         for _ in range(2):
-            spawn_worker(stallable.url, SPLATQ_LEASE_TTL_MS=str(TTL_MS))
+            spawn_worker(worker_url, SPLATQ_LEASE_TTL_MS=str(TTL_MS))
         for j in jobs:
             await wait_for_status(queue, j.job_id, {"processing"}, timeout_s=30)
-        assert stallable.process is not None
-        for _ in range(5):
-            stallable.process.send_signal(signal.SIGSTOP)
-            await asyncio.sleep(2.2)
-            stallable.process.send_signal(signal.SIGCONT)
-            await asyncio.sleep(0.8)
+        await fault()
         for j in jobs:
             done = await wait_for_status(queue, j.job_id, {"completed", "failed"}, timeout_s=60)
             assert done.status.value == "completed", done.error
@@ -66,6 +65,23 @@ async def test_redis_stalled_past_the_lease_five_times_reruns_no_job(
         await client.aclose()
 
 
+async def test_redis_stalled_past_the_lease_five_times_reruns_no_job(
+    stallable: RedisServer, spawn_worker: SpawnWorker
+) -> None:
+    """Redis SIGSTOPped for 2.2 s (lease TTL 1.5 s) five times while two worker processes run
+    eight 4 s jobs: every job completes after one run, one attempt, one `completed` event."""
+
+    async def stall_five_times() -> None:
+        assert stallable.process is not None
+        for _ in range(5):
+            stallable.process.send_signal(signal.SIGSTOP)
+            await asyncio.sleep(2.2)
+            stallable.process.send_signal(signal.SIGCONT)
+            await asyncio.sleep(0.8)
+
+    await _eight_jobs_through(stallable, spawn_worker, stallable.url, stall_five_times)
+
+
 async def test_redis_unreachable_past_the_lease_five_times_reruns_no_job(
     stallable: RedisServer, spawn_worker: SpawnWorker
 ) -> None:
@@ -75,23 +91,13 @@ async def test_redis_unreachable_past_the_lease_five_times_reruns_no_job(
     run and one attempt."""
     proxy = FaultProxy(stallable.port)
     await proxy.start()
-    client: Redis = connect(stallable.url)
-    try:
-        queue = JobQueue(client, engine_settings(stallable.url, lease_ttl_ms=TTL_MS))
-        await queue.setup()
-        jobs = [await queue.enqueue(spec("full", sleep_s=4)) for _ in range(8)]
-        for _ in range(2):
-            spawn_worker(proxy.url, SPLATQ_LEASE_TTL_MS=str(TTL_MS))
-        for j in jobs:
-            await wait_for_status(queue, j.job_id, {"processing"}, timeout_s=30)
+
+    async def cut_five_times() -> None:
         for _ in range(5):
             proxy.outage(2.2)
             await asyncio.sleep(3.0)
-        for j in jobs:
-            done = await wait_for_status(queue, j.job_id, {"completed", "failed"}, timeout_s=60)
-            assert done.status.value == "completed", done.error
-            assert done.attempts == 1
-            assert int(await client.get(runs_key(j.job_id)) or 0) == 1
+
+    try:
+        await _eight_jobs_through(stallable, spawn_worker, proxy.url, cut_five_times)
     finally:
-        await client.aclose()
         await proxy.stop()
