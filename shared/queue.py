@@ -340,6 +340,7 @@ class JobQueue:
                         self._claim_ttl_ms,
                         EventType.FAILED.value,
                         max(running, len(entries)),
+                        self.settings.dlq_maxlen,
                     ],
                 )
             )
@@ -397,6 +398,7 @@ class JobQueue:
                     EventType.FAILED.value,
                     self.settings.script_replay_ttl_ms,
                     running,
+                    self.settings.dlq_maxlen,
                 ],
                 request_id,
             ),

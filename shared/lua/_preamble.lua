@@ -144,11 +144,11 @@ end
 -- its status allows), the entry moves to the partition's dead-letter stream and is acked.
 -- Keys are derived under the job key's own tag (same slot).
 local function dead_letter_corrupt(job_key, events_key, stream_key, group, entry_id, detail,
-                                   event_id, events_maxlen, failed_name)
+                                   event_id, events_maxlen, failed_name, dlq_maxlen)
   local tag = key_tag(job_key)
   local now = now_ms()
   local f = redis.call('HMGET', job_key, 'id', 'status')
-  redis.call('XADD', tag .. ':dlq:jobs', 'MAXLEN', '~', 100000, '*', 'job', f[1] or '',
+  redis.call('XADD', tag .. ':dlq:jobs', 'MAXLEN', '~', dlq_maxlen, '*', 'job', f[1] or '',
     'entry', entry_id, 'stream', string.match(stream_key, '([^:]+)$'),
     'reason', 'corrupt_job_record', 'detail', detail, 'at_ms', now)
   redis.call('HSET', job_key, 'status', 'failed', 'stage', 'dead_lettered',
@@ -183,7 +183,8 @@ end
 --         {'busy'} | {'dead_lettered', detail} (a corrupt record, failed and dead-lettered)
 local function start_entry(job_key, lease_key, events_key, stream_key, claim_key, group,
                            entry_id, token, ttl_ms, consumer, event_id, events_maxlen,
-                           started_name, claim_ttl_ms, failed_name, outage_mark, co_running)
+                           started_name, claim_ttl_ms, failed_name, outage_mark, co_running,
+                           dlq_maxlen)
   if redis.call('EXISTS', job_key) == 0 then
     return {'unknown'}
   end
@@ -203,7 +204,7 @@ local function start_entry(job_key, lease_key, events_key, stream_key, claim_key
   local problem = record_problem(status, st[3], st[4])
   if problem then
     dead_letter_corrupt(job_key, events_key, stream_key, group, entry_id,
-      'unreadable job record: ' .. problem, event_id, events_maxlen, failed_name)
+      'unreadable job record: ' .. problem, event_id, events_maxlen, failed_name, dlq_maxlen)
     return {'dead_lettered', problem}
   end
   local holder = redis.call('GET', lease_key)

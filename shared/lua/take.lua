@@ -9,7 +9,7 @@
 -- ARGV: 1 group, 2 consumer, 3 own interactive, 4 own synthesis, 5 idle slots, 6 ttl_ms,
 --       7 token nonce, 8 events_maxlen, 9 started event name, 10 claim_ttl_ms, 11 key tag
 --       ('splatq:{p0}'), 12 event id base, 13 job format version, 14 failed event name,
---       15 replay memo TTL ms, 16 jobs already running on this worker
+--       15 replay memo TTL ms, 16 jobs already running on this worker, 17 dlq_maxlen
 -- Returns a list of {stream name, entry id, outcome, payload}: outcome 'started' (payload =
 -- flat job hash), 'raw' (payload = the entry's flat fields; the worker validates and
 -- dead-letters it), 'dead_lettered' (payload = {why}: a corrupt job record, failed and
@@ -74,7 +74,8 @@ for _, r in ipairs(read) do
     seq = seq + 1
     started = start_entry(tag .. ':job:' .. job, tag .. ':lease:' .. job, KEYS[3],
       stream_key, claim, group, entry_id, ARGV[7] .. entry_id, ARGV[6], consumer,
-      ARGV[12] .. seq, ARGV[8], ARGV[9], ARGV[10], ARGV[14], outage_mark, co_running)
+      ARGV[12] .. seq, ARGV[8], ARGV[9], ARGV[10], ARGV[14], outage_mark, co_running,
+      ARGV[17])
   end
   if started == nil or started[1] == 'unknown' then
     out[#out + 1] = {stream_name, entry_id, 'raw', fields}

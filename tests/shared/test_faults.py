@@ -383,3 +383,19 @@ async def test_a_lost_jobs_thread_keeps_its_slot_until_it_returns(
     assert first.started_at_ms is not None
     assert second.started_at_ms is not None
     assert second.started_at_ms - first.started_at_ms >= 1400
+
+
+async def test_a_corrupt_record_met_by_the_reapers_start_is_dead_lettered_too(
+    queue: JobQueue, redis: Redis
+) -> None:
+    """The reaper's path (start.lua) refuses a corrupt record before any write, like take:
+    the job fails with CORRUPT_JOB_RECORD and the entry lands in the dead-letter stream."""
+    bad = await queue.enqueue(spec())
+    await redis.hset(queue.keys.job(bad.job_id), "deliveries", "two")
+    [entry] = await queue.wait_for_new(0, [StreamName.INTERACTIVE], "c1", 100)
+    [result] = await queue.start_many([entry], ["tok"], "c1")
+    assert result.outcome == "dead_lettered"
+    assert await redis.hget(queue.keys.job(bad.job_id), "error_code") == CORRUPT_JOB_RECORD
+    assert await redis.get(queue.keys.lease(bad.job_id)) is None
+    [(_, letter)] = await redis.xrange(queue.keys.dead_letters(0))
+    assert letter["reason"] == "corrupt_job_record"
