@@ -40,7 +40,9 @@ lint: install
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 
+# mypy reads the code under its installed names (splatq.shared, splatq.services) through links.
 typecheck: install
+	@mkdir -p .typecheck/splatq && ln -sfn ../../shared .typecheck/splatq/shared && ln -sfn ../../services .typecheck/splatq/services
 	$(VENV)/bin/mypy
 
 pytest: install redis-server promtool

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from bench.peers import harness
 from bench.peers.harness import Measurement
-from shared.redis_server import RedisServer
+from splatq.shared.redis.server import RedisServer
 
 
 def _row(name: str, values: list[float], base: float) -> str:

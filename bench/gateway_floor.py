@@ -34,16 +34,16 @@ from bench.gateway_submit import (
     run_wrk,
     submit_script,
 )
-from shared.redis_server import RedisServer, free_port
+from splatq.shared.redis.server import RedisServer, free_port
 
 FLOOR_SERVER = """
 import asyncio, hashlib, os, sys
 from pathlib import Path
 import orjson
 from aiohttp import web
-from shared.group_commit import GroupCommitWriter
-from shared.redis_client import connect
-from shared.files import write_if_absent
+from splatq.shared.engine.group_commit import GroupCommitWriter
+from splatq.shared.redis.client import connect
+from splatq.shared.storage.files import write_if_absent
 
 mode, port, redis_url, root = sys.argv[1], int(sys.argv[2]), sys.argv[3], Path(sys.argv[4])
 redis = connect(redis_url)

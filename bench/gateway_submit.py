@@ -5,7 +5,7 @@ Usage: python -m bench.gateway_submit [--connections 64] [--duration 10] [--warm
 Needs `wrk` on PATH (Debian: apt-get install wrk) and redis-server; about 55 s with defaults.
 
 What it measures. One run starts its own redis-server (AOF off), the gateway
-(`python -m services.gateway`, one process, log level warning, rate limit and backlog limit
+(`python -m splatq.services.gateway`, one process, log level warning, rate limit and backlog limit
 off, local file storage in a temp dir) and, as the baseline, a bare aiohttp app whose one
 handler returns `web.Response(text="hello")`. The same load generator (`wrk`, installed with
 `apt-get install wrk`) then drives each at `--connections` concurrent keep-alive connections:
@@ -55,7 +55,7 @@ import aiohttp
 import orjson
 from redis.asyncio import Redis
 
-from shared.redis_server import RedisServer, free_port
+from splatq.shared.redis.server import RedisServer, free_port
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 TENANT, API_KEY = "bench", "bench-key"
@@ -582,7 +582,7 @@ async def run(args: argparse.Namespace) -> Results:
             hello = f"http://127.0.0.1:{hello_port}/"
             env = _gateway_env(redis.url, gw_port, tmp)
             async with (
-                _service("gateway", [sys.executable, "-m", "services.gateway"], env,
+                _service("gateway", [sys.executable, "-m", "splatq.services.gateway"], env,
                          f"{gw}/readyz", tmp),
                 _service("hello", [sys.executable, "-c", HELLO_SERVER, str(hello_port)], env,
                          hello, tmp),

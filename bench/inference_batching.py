@@ -14,11 +14,11 @@ import time
 
 import torch
 
-from services.gpu_worker.artifacts import encode_artifacts
-from services.gpu_worker.handler import select_device
-from services.gpu_worker.images import decode_image
-from services.gpu_worker.model import ReconstructionModel, load_model
-from services.gpu_worker.samples import sample_image
+from splatq.services.gpu_worker.artifacts import encode_artifacts
+from splatq.services.gpu_worker.handler import select_device
+from splatq.services.gpu_worker.images import decode_image
+from splatq.services.gpu_worker.model import ReconstructionModel, load_model
+from splatq.services.gpu_worker.samples import sample_image
 
 
 def _sync(device: torch.device) -> None:

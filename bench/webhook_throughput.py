@@ -18,15 +18,15 @@ from pathlib import Path
 import aiohttp
 from aiohttp import web
 
-from services.webhook_dispatcher.dispatcher import Dispatcher
-from shared.ids import new_event_id, new_job_id
-from shared.logs import configure_logging
-from shared.queue import JobQueue
-from shared.redis_client import connect
-from shared.redis_server import RedisServer
-from shared.settings import Settings
-from shared.webhook_endpoints import EndpointStore
-from shared.webhook_store import WebhookStore
+from splatq.services.webhook_dispatcher.dispatcher import Dispatcher
+from splatq.shared.engine.ids import new_event_id, new_job_id
+from splatq.shared.engine.queue import JobQueue
+from splatq.shared.logs import configure_logging
+from splatq.shared.redis.client import connect
+from splatq.shared.redis.server import RedisServer
+from splatq.shared.settings import Settings
+from splatq.shared.webhooks.endpoints import EndpointStore
+from splatq.shared.webhooks.store import WebhookStore
 
 PAYLOAD = b'{"event":"3d_reconstruction.completed","id":"evt_x","timestamp":1,"data":{}}'
 

@@ -21,9 +21,9 @@ from collections.abc import Sequence
 import orjson
 from aiohttp import web
 
-from shared.redis_client import connect
-from shared.webhook_receiver import AiohttpWebhookHandler, Delivery, WebhookReceiver
-from shared.webhook_signing import parse_secret
+from splatq.shared.redis.client import connect
+from splatq.shared.webhooks.receiver import AiohttpWebhookHandler, Delivery, WebhookReceiver
+from splatq.shared.webhooks.signing import parse_secret
 
 
 async def print_event(delivery: Delivery) -> None:

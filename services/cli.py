@@ -11,16 +11,16 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from services.client_cli import add_commands, run_client_command
-from services.dlq_cli import add_commands as add_dlq_commands
-from services.dlq_cli import run_dlq_command
-from services.stack import DEFAULT_REDIS_PORT, run_stack
-from shared.settings import Settings, SettingsError
-from shared.worker import load_handler_factory
+from splatq.services.client_cli import add_commands, run_client_command
+from splatq.services.dlq_cli import add_commands as add_dlq_commands
+from splatq.services.dlq_cli import run_dlq_command
+from splatq.services.stack import DEFAULT_REDIS_PORT, run_stack
+from splatq.shared.engine.worker import load_handler_factory
+from splatq.shared.settings import Settings, SettingsError
 
 EXIT_USAGE = 2
 EXIT_CONFIG = 78  # EX_CONFIG from sysexits.h
-DEFAULT_HANDLER = "services.gpu_worker.handler:make"  # image -> 3D Gaussians
+DEFAULT_HANDLER = "splatq.services.gpu_worker.handler:make"  # image -> 3D Gaussians
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -80,21 +80,21 @@ def _up(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def _demo(args: argparse.Namespace, settings: Settings) -> int:
-    from services.gpu_worker.demo import run_demo  # noqa: PLC0415 - torch import is slow
+    from splatq.services.gpu_worker.demo import run_demo  # noqa: PLC0415 - torch import is slow
 
     out = Path(args.out)
     return asyncio.run(run_stack(settings, lambda s: run_demo(s, out, args.quality)))
 
 
 def _dispatcher(args: argparse.Namespace, settings: Settings) -> int:
-    from services.webhook_dispatcher.__main__ import run  # noqa: PLC0415
+    from splatq.services.webhook_dispatcher.__main__ import run  # noqa: PLC0415
 
     asyncio.run(run(settings))
     return 0
 
 
 def _gateway(args: argparse.Namespace, settings: Settings) -> int:
-    from services.gateway.__main__ import main as gateway_main  # noqa: PLC0415
+    from splatq.services.gateway.__main__ import main as gateway_main  # noqa: PLC0415
 
     gateway_main()
     return 0
@@ -102,7 +102,7 @@ def _gateway(args: argparse.Namespace, settings: Settings) -> int:
 
 def _worker(settings: Settings, handler: str | None, concurrency: int | None) -> int:
     # Imported here so `splatq --help` and `splatq up` stay fast (no torch, no prometheus).
-    from shared.runner import run_worker  # noqa: PLC0415
+    from splatq.shared.engine.runner import run_worker  # noqa: PLC0415
 
     spec = handler or settings.job_handler or DEFAULT_HANDLER
     try:

@@ -15,9 +15,9 @@ from typing import Any
 
 import orjson
 
-from shared.client import ApiProblem, Event, SplatqClient
-from shared.settings import Settings
-from shared.storage import ARTIFACT_FILES
+from splatq.shared.client import ApiProblem, Event, SplatqClient
+from splatq.shared.settings import Settings
+from splatq.shared.storage.store import ARTIFACT_FILES
 
 EXIT_OK, EXIT_JOB_FAILED, EXIT_REFUSED, EXIT_UNAVAILABLE, EXIT_CONFIG = 0, 1, 3, 4, 78
 

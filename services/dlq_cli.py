@@ -16,10 +16,10 @@ from typing import Any, Protocol
 
 import orjson
 
-from shared.queue import DeadLetter, JobQueue
-from shared.redis_client import connect
-from shared.settings import Settings
-from shared.webhook_store import WebhookStore
+from splatq.shared.engine.queue import DeadLetter, JobQueue
+from splatq.shared.redis.client import connect
+from splatq.shared.settings import Settings
+from splatq.shared.webhooks.store import WebhookStore
 
 EXIT_OK, EXIT_NONE, EXIT_REFUSED = 0, 1, 3
 

@@ -16,9 +16,9 @@ from dataclasses import dataclass
 
 import structlog
 
-from shared.logs import configure_logging
-from shared.redis_server import RedisServer, RedisServerError, die_with_parent
-from shared.settings import Settings, process_environment
+from splatq.shared.logs import configure_logging
+from splatq.shared.redis.server import RedisServer, RedisServerError, die_with_parent
+from splatq.shared.settings import Settings, process_environment
 
 log = structlog.get_logger("splatq.stack")
 DEFAULT_REDIS_PORT = 6390
@@ -34,9 +34,9 @@ class ServiceSpec:
 def services_to_run(settings: Settings) -> list[ServiceSpec]:
     """The services that exist so far; later issues add the gateway, dispatcher, redriver."""
     return [
-        ServiceSpec("gateway", (sys.executable, "-m", "services.cli", "gateway")),
-        ServiceSpec("worker", (sys.executable, "-m", "services.cli", "worker")),
-        ServiceSpec("dispatcher", (sys.executable, "-m", "services.cli", "dispatcher")),
+        ServiceSpec("gateway", (sys.executable, "-m", "splatq.services.cli", "gateway")),
+        ServiceSpec("worker", (sys.executable, "-m", "splatq.services.cli", "worker")),
+        ServiceSpec("dispatcher", (sys.executable, "-m", "splatq.services.cli", "dispatcher")),
     ]
 
 

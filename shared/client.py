@@ -16,8 +16,8 @@ from typing import Any, TypeVar
 import aiohttp
 import orjson
 
-from shared.events import TERMINAL_EVENTS
-from shared.storage import ARTIFACT_FILES
+from splatq.shared.engine.events import TERMINAL_EVENTS
+from splatq.shared.storage.store import ARTIFACT_FILES
 
 T = TypeVar("T")
 

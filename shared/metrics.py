@@ -10,8 +10,8 @@ from dataclasses import dataclass
 
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram
 
-from shared.keys import STREAMS
-from shared.queue import JobQueue
+from splatq.shared.engine.keys import STREAMS
+from splatq.shared.engine.queue import JobQueue
 
 _DURATION_BUCKETS = (0.005, 0.025, 0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800)
 

@@ -89,7 +89,7 @@ class Settings:
     gateway_host: str = "0.0.0.0"
     max_upload_bytes: int = 20 * 1024 * 1024
     max_image_pixels: int = 40_000_000
-    # Pre-decode bounds on an upload (shared/image_headers.py), checked by the gateway and
+    # Pre-decode bounds on an upload (shared/images/headers.py), checked by the gateway and
     # the worker: bytes one decoded image may take, scans of a progressive JPEG.
     max_decode_bytes: int = 128 * 1024 * 1024
     max_jpeg_scans: int = 32

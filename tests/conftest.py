@@ -12,17 +12,17 @@ from typing import TYPE_CHECKING, Any
 import pytest
 from redis.asyncio import Redis
 
-from shared.jobs import JobRecord, JobSpec
-from shared.queue import JobQueue
-from shared.redis_client import connect
-from shared.redis_server import RedisServer
-from shared.settings import Settings
-from shared.storage import LocalFileStorage
-from shared.worker import JobHandler, Worker
+from splatq.shared.engine.jobs import JobRecord, JobSpec
+from splatq.shared.engine.queue import JobQueue
+from splatq.shared.engine.worker import JobHandler, Worker
+from splatq.shared.redis.client import connect
+from splatq.shared.redis.server import RedisServer
+from splatq.shared.settings import Settings
+from splatq.shared.storage.store import LocalFileStorage
 from tests.handlers import BehaviourHandler
 
 if TYPE_CHECKING:
-    from services.gpu_worker.handler import GpuJobHandler
+    from splatq.services.gpu_worker.handler import GpuJobHandler
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -138,7 +138,7 @@ async def wait_for_status(
 
 async def job_events(redis: Redis, queue: JobQueue, job_id: str) -> list[str]:
     """The event types appended for one job, in order."""
-    from shared.ids import partition_of  # noqa: PLC0415
+    from splatq.shared.engine.ids import partition_of  # noqa: PLC0415
 
     entries = await redis.xrange(queue.keys.events(partition_of(job_id)))
     return [f["type"] for _, f in entries if f.get("job_id") == job_id]
@@ -157,9 +157,9 @@ async def gpu_handler_factory(storage: LocalFileStorage) -> AsyncIterator[GpuHan
     metrics registry); all are shut down after the test."""
     from prometheus_client import CollectorRegistry  # noqa: PLC0415 - torch-heavy imports
 
-    from services.gpu_worker.handler import GpuJobHandler  # noqa: PLC0415
-    from services.gpu_worker.metrics import GpuMetrics  # noqa: PLC0415
-    from services.gpu_worker.model import load_model  # noqa: PLC0415
+    from splatq.services.gpu_worker.handler import GpuJobHandler  # noqa: PLC0415
+    from splatq.services.gpu_worker.metrics import GpuMetrics  # noqa: PLC0415
+    from splatq.services.gpu_worker.model import load_model  # noqa: PLC0415
 
     handlers: list[GpuJobHandler] = []
 

@@ -12,7 +12,7 @@ import asyncio
 import contextlib
 from dataclasses import dataclass, field
 
-from shared.redis_server import free_port
+from splatq.shared.redis.server import free_port
 
 
 @dataclass(slots=True, eq=False)

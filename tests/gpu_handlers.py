@@ -7,10 +7,10 @@ import os
 import signal
 from pathlib import Path
 
-from services.gpu_worker.handler import GpuJobHandler
-from services.gpu_worker.model import load_model
-from shared.settings import Settings
-from shared.storage import LocalFileStorage, Staged
+from splatq.services.gpu_worker.handler import GpuJobHandler
+from splatq.services.gpu_worker.model import load_model
+from splatq.shared.settings import Settings
+from splatq.shared.storage.store import LocalFileStorage, Staged
 
 
 class CrashOnFirstCommit(LocalFileStorage):

@@ -12,10 +12,10 @@ import signal
 import time
 from typing import Any
 
-from shared.errors import PermanentError, TransientError
-from shared.jobs import JobOutcome
-from shared.settings import Settings
-from shared.worker import JobContext, JobHandler
+from splatq.shared.engine.errors import PermanentError, TransientError
+from splatq.shared.engine.jobs import JobOutcome
+from splatq.shared.engine.worker import JobContext, JobHandler
+from splatq.shared.settings import Settings
 
 
 def runs_key(job_id: str) -> str:

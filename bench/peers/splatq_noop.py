@@ -11,12 +11,12 @@ import asyncio
 import sys
 from importlib.metadata import version
 
-from shared.jobs import JobOutcome, JobSpec
-from shared.keys import STREAMS
-from shared.queue import JobQueue
-from shared.redis_client import connect
-from shared.settings import Settings
-from shared.worker import JobContext, JobHandler
+from splatq.shared.engine.jobs import JobOutcome, JobSpec
+from splatq.shared.engine.keys import STREAMS
+from splatq.shared.engine.queue import JobQueue
+from splatq.shared.engine.worker import JobContext, JobHandler
+from splatq.shared.redis.client import connect
+from splatq.shared.settings import Settings
 
 NAME: str = f"splatq {version('splatq')}"
 _PRODUCERS = 64
@@ -66,7 +66,7 @@ def worker_command(redis_url: str, concurrency: int) -> list[str]:
         "SPLATQ_LOG_FORMAT=json",
         sys.executable,
         "-m",
-        "services.cli",
+        "splatq.services.cli",
         "worker",
         "--handler",
         "bench.peers.splatq_noop:make",

@@ -1,12 +1,12 @@
-"""`python -m services.gateway`: the REST gateway (same as `splatq gateway`)."""
+"""`python -m splatq.services.gateway`: the REST gateway (same as `splatq gateway`)."""
 
 from __future__ import annotations
 
 from aiohttp import web
 
-from services.gateway.app import create_app
-from shared.logs import configure_logging
-from shared.settings import Settings
+from splatq.services.gateway.app import create_app
+from splatq.shared.logs import configure_logging
+from splatq.shared.settings import Settings
 
 
 def main() -> None:

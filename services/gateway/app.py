@@ -21,18 +21,18 @@ from redis.exceptions import ClusterDownError, OutOfMemoryError, ReadOnlyError, 
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from services.gateway.decode_slots import DecodeSlots
-from services.gateway.images import decode_limits
-from services.gateway.metrics import GatewayMetrics, method_label
-from services.gateway.problems import ApiError, problem_response
-from services.gateway.stream_caps import StreamCaps
-from shared.ids import new_trace_id
-from shared.image_headers import DecodeLimits
-from shared.metrics import EngineMetrics
-from shared.queue import JobQueue
-from shared.redis_client import connect
-from shared.settings import Settings
-from shared.storage import Storage, StorageUnavailable, open_storage
+from splatq.services.gateway.decode_slots import DecodeSlots
+from splatq.services.gateway.images import decode_limits
+from splatq.services.gateway.metrics import GatewayMetrics, method_label
+from splatq.services.gateway.problems import ApiError, problem_response
+from splatq.services.gateway.stream_caps import StreamCaps
+from splatq.shared.engine.ids import new_trace_id
+from splatq.shared.engine.queue import JobQueue
+from splatq.shared.images.headers import DecodeLimits
+from splatq.shared.metrics import EngineMetrics
+from splatq.shared.redis.client import connect
+from splatq.shared.settings import Settings
+from splatq.shared.storage.store import Storage, StorageUnavailable, open_storage
 
 log = structlog.get_logger("splatq.gateway")
 
@@ -169,7 +169,7 @@ def create_app(
     registry: CollectorRegistry = REGISTRY,
 ) -> web.Application:
     """The gateway application; resources open in `cleanup_ctx` and close with the app."""
-    from services.gateway import routes  # noqa: PLC0415 - routes import this module's keys
+    from splatq.services.gateway import routes  # noqa: PLC0415 - routes import this module's keys
 
     app = web.Application(
         middlewares=[observe],

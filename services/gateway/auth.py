@@ -10,7 +10,7 @@ from collections.abc import Mapping
 
 from aiohttp import web
 
-from services.gateway.problems import ApiError
+from splatq.services.gateway.problems import ApiError
 
 _REALM = 'Bearer realm="splatq"'
 

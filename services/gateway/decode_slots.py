@@ -13,7 +13,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
 
-from services.gateway.problems import ApiError
+from splatq.services.gateway.problems import ApiError
 
 T = TypeVar("T")
 

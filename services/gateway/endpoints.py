@@ -14,13 +14,13 @@ from typing import Any
 import orjson
 from aiohttp import web
 
-from services.gateway.app import QUEUE, SETTINGS
-from services.gateway.auth import authenticate
-from services.gateway.problems import ApiError, invalid_request, not_found
-from services.gateway.submission import check_webhook_url, read_capped
-from services.gateway.views import rfc3339
-from shared.events import EventType
-from shared.webhook_endpoints import Endpoint, EndpointLimitReached, EndpointStore
+from splatq.services.gateway.app import QUEUE, SETTINGS
+from splatq.services.gateway.auth import authenticate
+from splatq.services.gateway.problems import ApiError, invalid_request, not_found
+from splatq.services.gateway.submission import check_webhook_url, read_capped
+from splatq.services.gateway.views import rfc3339
+from splatq.shared.engine.events import EventType
+from splatq.shared.webhooks.endpoints import Endpoint, EndpointLimitReached, EndpointStore
 
 MAX_BODY_BYTES = 16 * 1024
 EVENT_NAMES = frozenset(e.value for e in EventType)

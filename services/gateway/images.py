@@ -19,7 +19,7 @@ from PIL import (
     WebPImagePlugin,  # noqa: F401
 )
 
-from shared.image_headers import (
+from splatq.shared.images.headers import (
     DEFAULT_MAX_DECODE_BYTES,
     DEFAULT_MAX_JPEG_SCANS,
     DEFAULT_MAX_PIXELS,
@@ -98,7 +98,7 @@ class ValidatedImage:
     """An accepted upload. Width and height are as stored (before any EXIF orientation)."""
 
     mime: str
-    extension: str  # without the dot, as `shared.storage.input_key` wants it
+    extension: str  # without the dot, as `splatq.shared.storage.store.input_key` wants it
     width: int
     height: int
     has_alpha: bool
@@ -319,7 +319,7 @@ def validate_image(
     `decode_slots`, unless the upload is small enough to inspect and decode inline.
 
     The format comes from the magic bytes only. Before any decoder runs, the structure is
-    walked (`shared.image_headers`): the declared size against the pixel, side and memory
+    walked (`splatq.shared.images.headers`): the declared size against the pixel, side and memory
     limits, the JPEG scan count against `max_jpeg_scans`, a PNG's pixel data against its
     declared size. Only then is every pixel decoded, so truncation shows.
     """

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from shared.events import EventType
+from splatq.shared.engine.events import EventType
 
 _PROBLEM_CODES = [
     "invalid_request", "unauthorized", "not_found", "method_not_allowed", "already_finished",

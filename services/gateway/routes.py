@@ -19,7 +19,7 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from redis.exceptions import RedisError
 
-from services.gateway.app import (
+from splatq.services.gateway.app import (
     DECODE_LIMITS,
     DECODE_SLOTS,
     METRICS,
@@ -31,9 +31,9 @@ from services.gateway.app import (
     STREAM_CAPS,
     TRACE_ID,
 )
-from services.gateway.auth import authenticate
-from services.gateway.endpoints import add_endpoint_routes
-from services.gateway.images import (
+from splatq.services.gateway.auth import authenticate
+from splatq.services.gateway.endpoints import add_endpoint_routes
+from splatq.services.gateway.images import (
     INLINE_MAX_BYTES,
     ImageRejected,
     ValidatedImage,
@@ -42,17 +42,17 @@ from services.gateway.images import (
     inspect_upload,
     validate_image,
 )
-from services.gateway.openapi import openapi_document
-from services.gateway.problems import ApiError, not_found
-from services.gateway.submission import Submission, idempotency_key, read_submission
-from services.gateway.views import job_view, rfc3339
-from shared.events import TERMINAL_EVENTS
-from shared.ids import is_job_id, partition_of
-from shared.jobs import QUALITY_STREAMS, JobRecord, JobSpec
-from shared.keys import StreamName
-from shared.queue import JobQueue
-from shared.storage import ARTIFACTS, ObjectNotFound, artifact_key, input_key
-from shared.webhook_store import WebhookStore
+from splatq.services.gateway.openapi import openapi_document
+from splatq.services.gateway.problems import ApiError, not_found
+from splatq.services.gateway.submission import Submission, idempotency_key, read_submission
+from splatq.services.gateway.views import job_view, rfc3339
+from splatq.shared.engine.events import TERMINAL_EVENTS
+from splatq.shared.engine.ids import is_job_id, partition_of
+from splatq.shared.engine.jobs import QUALITY_STREAMS, JobRecord, JobSpec
+from splatq.shared.engine.keys import StreamName
+from splatq.shared.engine.queue import JobQueue
+from splatq.shared.storage.store import ARTIFACTS, ObjectNotFound, artifact_key, input_key
+from splatq.shared.webhooks.store import WebhookStore
 
 log = structlog.get_logger("splatq.gateway")
 

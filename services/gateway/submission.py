@@ -16,10 +16,10 @@ from typing import Any
 import orjson
 from aiohttp import web
 
-from services.gateway.multipart import MultipartError, boundary_of, parse_form
-from services.gateway.problems import ApiError, invalid_request
-from shared.events import EventType
-from shared.ssrf import UrlRejected, check_url
+from splatq.services.gateway.multipart import MultipartError, boundary_of, parse_form
+from splatq.services.gateway.problems import ApiError, invalid_request
+from splatq.shared.engine.events import EventType
+from splatq.shared.webhooks.ssrf import UrlRejected, check_url
 
 PARAMS = frozenset({"quality", "webhook_url", "webhook_events", "metadata", "cache"})
 QUALITIES = ("preview", "full")

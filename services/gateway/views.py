@@ -8,7 +8,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from shared.jobs import JobRecord
+from splatq.shared.engine.jobs import JobRecord
 
 
 def rfc3339(ms: int | None) -> str | None:

@@ -1,12 +1,12 @@
-"""`python -m services.gpu_worker`: one GPU worker process (same as `splatq worker`)."""
+"""`python -m splatq.services.gpu_worker`: one GPU worker process (same as `splatq worker`)."""
 
 from __future__ import annotations
 
 import asyncio
 
-from services.gpu_worker.handler import make
-from shared.runner import run_worker
-from shared.settings import Settings
+from splatq.services.gpu_worker.handler import make
+from splatq.shared.engine.runner import run_worker
+from splatq.shared.settings import Settings
 
 
 def main() -> None:

@@ -9,11 +9,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from services.gpu_worker import formats
-from services.gpu_worker.camera import Camera
-from services.gpu_worker.gaussians import Gaussians
-from services.gpu_worker.renderer import render, to_png_bytes
-from shared.storage import ARTIFACT_FILES, Staged, Storage, artifact_key
+from splatq.services.gpu_worker import formats
+from splatq.services.gpu_worker.camera import Camera
+from splatq.services.gpu_worker.gaussians import Gaussians
+from splatq.services.gpu_worker.renderer import render, to_png_bytes
+from splatq.shared.storage.store import ARTIFACT_FILES, Staged, Storage, artifact_key
 
 PREVIEW_YAW_DEG = 25.0  # a turned view shows the reconstruction is 3-D, not a copy
 PREVIEW_MAX_SIZE = 256

@@ -10,8 +10,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from services.gpu_worker.camera import OBJECT_DISTANCE, Camera
-from services.gpu_worker.gaussians import SH_C0, Gaussians
+from splatq.services.gpu_worker.camera import OBJECT_DISTANCE, Camera
+from splatq.services.gpu_worker.gaussians import SH_C0, Gaussians
 
 QUALITY_RESOLUTION = {"preview": 128, "full": 512}
 

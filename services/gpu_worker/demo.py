@@ -12,11 +12,11 @@ from pathlib import Path
 
 import aiohttp
 
-from services.gpu_worker import formats
-from services.gpu_worker.artifacts import PREVIEW_MAX_SIZE
-from shared.client import ApiProblem, Event, SplatqClient
-from shared.settings import Settings
-from shared.storage import ARTIFACT_FILES
+from splatq.services.gpu_worker import formats
+from splatq.services.gpu_worker.artifacts import PREVIEW_MAX_SIZE
+from splatq.shared.client import ApiProblem, Event, SplatqClient
+from splatq.shared.settings import Settings
+from splatq.shared.storage.store import ARTIFACT_FILES
 
 SAMPLE = Path(__file__).resolve().parent / "samples" / "sample.png"
 RESOLUTION = {"preview": 128, "full": 512}

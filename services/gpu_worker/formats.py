@@ -12,8 +12,8 @@ import numpy as np
 import numpy.typing as npt
 from PIL import Image
 
-from services.gpu_worker.gaussians import SH_C0, Gaussians
-from shared.errors import PermanentError
+from splatq.services.gpu_worker.gaussians import SH_C0, Gaussians
+from splatq.shared.engine.errors import PermanentError
 
 ARTIFACT_INVALID = "ARTIFACT_INVALID"
 

@@ -14,35 +14,35 @@ from typing import Any
 import structlog
 import torch
 
-from services.gpu_worker.artifacts import (
+from splatq.services.gpu_worker.artifacts import (
     commit_all,
     discard_all,
     encode_artifacts,
     stage_and_verify,
 )
-from services.gpu_worker.batching import DynamicBatcher
-from services.gpu_worker.gaussians import Gaussians
-from services.gpu_worker.images import decode_image
-from services.gpu_worker.metrics import GpuMetrics
-from services.gpu_worker.model import ReconstructionModel, load_model
-from services.gpu_worker.oom import (
+from splatq.services.gpu_worker.batching import DynamicBatcher
+from splatq.services.gpu_worker.gaussians import Gaussians
+from splatq.services.gpu_worker.images import decode_image
+from splatq.services.gpu_worker.metrics import GpuMetrics
+from splatq.services.gpu_worker.model import ReconstructionModel, load_model
+from splatq.services.gpu_worker.oom import (
     DeviceOutOfMemory,
     MemoryBudget,
     forward_with_oom_split,
     release_device_memory,
 )
-from shared.errors import PermanentError, SplatqError
-from shared.image_headers import DecodeLimits
-from shared.jobs import JobOutcome
-from shared.settings import Settings
-from shared.storage import (
+from splatq.shared.engine.errors import PermanentError, SplatqError
+from splatq.shared.engine.jobs import JobOutcome
+from splatq.shared.engine.worker import JobContext
+from splatq.shared.images.headers import DecodeLimits
+from splatq.shared.settings import Settings
+from splatq.shared.storage.store import (
     ARTIFACT_FILES,
     Storage,
     artifact_prefix,
     artifact_run,
     open_storage,
 )
-from shared.worker import JobContext
 
 log = structlog.get_logger("splatq.gpu_worker")
 QUALITIES = ("preview", "full")

@@ -12,8 +12,8 @@ import numpy as np
 import torch
 from PIL import Image
 
-from shared.errors import PermanentError
-from shared.image_headers import (
+from splatq.shared.engine.errors import PermanentError
+from splatq.shared.images.headers import (
     IMAGE_TOO_COMPLEX,
     IMAGE_TOO_LARGE,
     JPEG,

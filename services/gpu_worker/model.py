@@ -11,8 +11,8 @@ from typing import Protocol
 
 import torch
 
-from services.gpu_worker.camera import Camera
-from services.gpu_worker.gaussians import Gaussians
+from splatq.services.gpu_worker.camera import Camera
+from splatq.services.gpu_worker.gaussians import Gaussians
 
 
 class ReconstructionModel(Protocol):
@@ -44,7 +44,7 @@ class ReconstructionModel(Protocol):
 def load_model(spec: str, checkpoint: str = "") -> ReconstructionModel:
     """`builtin` or `package.module:factory` (the factory gets the checkpoint path)."""
     if spec == "builtin":
-        from services.gpu_worker.builtin_model import SilhouetteInflationModel  # noqa: PLC0415
+        from splatq.services.gpu_worker.builtin_model import SilhouetteInflationModel  # noqa: PLC0415
 
         return SilhouetteInflationModel()
     module_name, sep, attr = spec.partition(":")

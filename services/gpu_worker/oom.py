@@ -12,7 +12,7 @@ from typing import TypeVar
 
 import torch
 
-from shared.errors import PermanentError
+from splatq.shared.engine.errors import PermanentError
 
 T = TypeVar("T")
 R = TypeVar("R")

@@ -14,8 +14,8 @@ from dataclasses import dataclass
 import torch
 from PIL import Image
 
-from services.gpu_worker.camera import Camera
-from services.gpu_worker.gaussians import SH_C0, Gaussians
+from splatq.services.gpu_worker.camera import Camera
+from splatq.services.gpu_worker.gaussians import SH_C0, Gaussians
 
 NEAR_Z = 0.01
 # Screen-space low-pass added to every 2-D covariance (as 3DGS does): a Gaussian smaller than

@@ -1,4 +1,4 @@
-"""`python -m services.webhook_dispatcher`: the webhook dispatcher (same as `splatq dispatcher`)."""
+"""`python -m splatq.services.webhook_dispatcher`: the dispatcher (as `splatq dispatcher`)."""
 
 from __future__ import annotations
 
@@ -7,12 +7,12 @@ import signal
 
 from prometheus_client import start_http_server
 
-from services.webhook_dispatcher.dispatcher import Dispatcher
-from services.webhook_dispatcher.metrics import DispatcherMetrics
-from shared.logs import configure_logging
-from shared.queue import JobQueue
-from shared.redis_client import connect
-from shared.settings import Settings
+from splatq.services.webhook_dispatcher.dispatcher import Dispatcher
+from splatq.services.webhook_dispatcher.metrics import DispatcherMetrics
+from splatq.shared.engine.queue import JobQueue
+from splatq.shared.logs import configure_logging
+from splatq.shared.redis.client import connect
+from splatq.shared.settings import Settings
 
 
 async def run(settings: Settings) -> None:

@@ -21,8 +21,8 @@ from urllib.parse import urlsplit
 import aiohttp
 import structlog
 
-from services.webhook_dispatcher.metrics import DispatcherMetrics
-from services.webhook_dispatcher.policy import (
+from splatq.services.webhook_dispatcher.metrics import DispatcherMetrics
+from splatq.services.webhook_dispatcher.policy import (
     Decision,
     classify_response,
     defer_delay_ms,
@@ -31,12 +31,12 @@ from services.webhook_dispatcher.policy import (
     should_deliver,
     tenant_limit,
 )
-from shared.ids import is_job_id
-from shared.queue import JobQueue
-from shared.ssrf import BlockedAddress, guarded_connector
-from shared.webhook_endpoints import Gate, Health
-from shared.webhook_signing import signed_headers
-from shared.webhook_store import (
+from splatq.shared.engine.ids import is_job_id
+from splatq.shared.engine.queue import JobQueue
+from splatq.shared.webhooks.endpoints import Gate, Health
+from splatq.shared.webhooks.signing import signed_headers
+from splatq.shared.webhooks.ssrf import BlockedAddress, guarded_connector
+from splatq.shared.webhooks.store import (
     DISPATCHER_GROUP,
     AttemptResult,
     Message,

@@ -6,8 +6,8 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
-from shared.events import TERMINAL_EVENTS
-from shared.retries import full_jitter_ms
+from splatq.shared.engine.events import TERMINAL_EVENTS
+from splatq.shared.engine.retries import full_jitter_ms
 
 TRANSIENT_STATUSES = frozenset({408, 429, 502, 503, 504})
 

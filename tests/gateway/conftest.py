@@ -11,9 +11,9 @@ from aiohttp.test_utils import TestClient, TestServer
 from prometheus_client import CollectorRegistry
 from redis.asyncio import Redis
 
-from services.gateway.app import create_app
-from shared.settings import Settings
-from shared.storage import LocalFileStorage
+from splatq.services.gateway.app import create_app
+from splatq.shared.settings import Settings
+from splatq.shared.storage.store import LocalFileStorage
 
 KEY_A, KEY_B = "key-acme", "key-beta"
 AUTH_A = {"Authorization": f"Bearer {KEY_A}"}

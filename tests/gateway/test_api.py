@@ -14,8 +14,8 @@ from aiohttp import FormData
 from aiohttp.test_utils import TestClient
 from redis.asyncio import Redis
 
-from shared.queue import JobQueue
-from shared.storage import LocalFileStorage
+from splatq.shared.engine.queue import JobQueue
+from splatq.shared.storage.store import LocalFileStorage
 from tests.conftest import WorkerFactory, wait_for_status
 from tests.gateway import corpus
 from tests.gateway.conftest import AUTH_A, AUTH_B, ClientFactory

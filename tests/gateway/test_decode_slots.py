@@ -11,8 +11,8 @@ from collections.abc import AsyncIterator, Callable
 
 import pytest
 
-from services.gateway.decode_slots import DecodeSlots
-from services.gateway.problems import ApiError
+from splatq.services.gateway.decode_slots import DecodeSlots
+from splatq.services.gateway.problems import ApiError
 
 
 class Gate:

@@ -7,9 +7,9 @@ from typing import Any
 
 from aiohttp.test_utils import TestClient
 
-from services.gpu_worker import formats
-from shared.queue import JobQueue
-from shared.settings import Settings
+from splatq.services.gpu_worker import formats
+from splatq.shared.engine.queue import JobQueue
+from splatq.shared.settings import Settings
 from tests.conftest import GpuHandlerFactory, WorkerFactory, wait_for_status
 from tests.gateway.conftest import AUTH_A, AUTH_B
 from tests.gateway.test_api import form, problem

@@ -19,12 +19,12 @@ from aiohttp.test_utils import TestClient
 from prometheus_client.parser import text_string_to_metric_families
 from redis.asyncio import Redis
 
-from services.gateway.stream_caps import StreamCaps
-from shared.ids import is_job_id, new_job_id
-from shared.logs import configure_logging
-from shared.queue import JobQueue
-from shared.redis_server import RedisServer
-from shared.settings import Settings
+from splatq.services.gateway.stream_caps import StreamCaps
+from splatq.shared.engine.ids import is_job_id, new_job_id
+from splatq.shared.engine.queue import JobQueue
+from splatq.shared.logs import configure_logging
+from splatq.shared.redis.server import RedisServer
+from splatq.shared.settings import Settings
 from tests.conftest import WorkerFactory, wait_for_status, wait_until
 from tests.gateway import corpus
 from tests.gateway.conftest import AUTH_A, AUTH_B, KEY_A, KEY_B, ClientFactory

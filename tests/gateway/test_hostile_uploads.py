@@ -14,7 +14,7 @@ import pytest
 from aiohttp.test_utils import TestClient
 from redis.asyncio import Redis
 
-from shared.storage import LocalFileStorage
+from splatq.shared.storage.store import LocalFileStorage
 from tests import hostile_inputs as hostile
 from tests.gateway.conftest import AUTH_A, ClientFactory
 from tests.gateway.test_api import form, nothing_left_behind, problem

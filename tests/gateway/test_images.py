@@ -33,8 +33,13 @@ from typing import Any
 import pytest
 from PIL import Image, ImageFile
 
-from services.gateway import images
-from services.gateway.images import ImageRejected, ValidatedImage, sniff_format, validate_image
+from splatq.services.gateway import images
+from splatq.services.gateway.images import (
+    ImageRejected,
+    ValidatedImage,
+    sniff_format,
+    validate_image,
+)
 from tests import hostile_inputs as hostile
 from tests.gateway import corpus
 

@@ -9,7 +9,7 @@ import aiohttp
 import pytest
 from aiohttp import payload
 
-from services.gateway.multipart import MAX_PARTS, MultipartError, boundary_of, parse_form
+from splatq.services.gateway.multipart import MAX_PARTS, MultipartError, boundary_of, parse_form
 
 PNG = b"\x89PNG\r\n\x1a\n" + bytes(range(256)) * 4 + b"\r\n--not-the-boundary\r\n"
 

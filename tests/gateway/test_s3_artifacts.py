@@ -10,13 +10,13 @@ import pytest
 from aiohttp.test_utils import TestClient, TestServer
 from prometheus_client import CollectorRegistry
 
-from services.gateway.app import create_app
-from shared.jobs import JobOutcome
-from shared.queue import JobQueue
-from shared.settings import Settings
-from shared.storage import artifact_key
-from shared.storage_s3 import S3Storage
-from shared.worker import JobContext
+from splatq.services.gateway.app import create_app
+from splatq.shared.engine.jobs import JobOutcome
+from splatq.shared.engine.queue import JobQueue
+from splatq.shared.engine.worker import JobContext
+from splatq.shared.settings import Settings
+from splatq.shared.storage.s3 import S3Storage
+from splatq.shared.storage.store import artifact_key
 from tests.conftest import WorkerFactory, wait_for_status
 from tests.gateway.conftest import AUTH_A, KEY_A
 from tests.gateway.test_api import form

@@ -1,9 +1,9 @@
 """Schemathesis against /openapi.json: a real gateway process on loopback HTTP answers every
 generated request with a documented status, content type, headers and body, and never a 5xx.
 
-The gateway runs as `python -m services.gateway` (a subprocess on a free port, on the session's
-redis-server): schemathesis calls are synchronous `requests`, so the server must not share
-the test's event loop.
+The gateway runs as `python -m splatq.services.gateway` (a subprocess on a free port, on the
+session's redis-server): schemathesis calls are synchronous `requests`, so the server must
+not share the test's event loop.
 """
 
 from __future__ import annotations
@@ -29,8 +29,8 @@ from schemathesis.specs.openapi.checks import (
     status_code_conformance,
 )
 
-from services.gateway.openapi import openapi_document
-from shared.redis_server import RedisServer, free_port
+from splatq.services.gateway.openapi import openapi_document
+from splatq.shared.redis.server import RedisServer, free_port
 from tests.conftest import REPO_ROOT
 from tests.gateway.conftest import AUTH_A, KEY_A, KEY_B
 from tests.gateway.corpus import valid_png
@@ -75,7 +75,7 @@ def gateway_url(
     log_path = tmp / "gateway.log"
     with log_path.open("wb") as log:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "services.gateway"],
+            [sys.executable, "-m", "splatq.services.gateway"],
             cwd=REPO_ROOT,
             env=env,
             stdout=log,

@@ -10,7 +10,7 @@ from typing import Any
 from aiohttp.test_utils import TestClient
 from redis.asyncio import Redis
 
-from shared.queue import JobQueue
+from splatq.shared.engine.queue import JobQueue
 from tests.gateway.conftest import AUTH_A, AUTH_B, ClientFactory
 
 BASE = "/v1/webhook-endpoints"

@@ -8,9 +8,9 @@ import io
 import numpy as np
 from PIL import Image
 
-from services.gpu_worker.samples import sample_image
-from shared.jobs import JobSpec
-from shared.storage import Storage, input_key
+from splatq.services.gpu_worker.samples import sample_image
+from splatq.shared.engine.jobs import JobSpec
+from splatq.shared.storage.store import Storage, input_key
 
 
 def png_bytes(image: Image.Image) -> bytes:

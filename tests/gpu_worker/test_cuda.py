@@ -8,12 +8,12 @@ from collections.abc import Sequence
 import pytest
 import torch
 
-from services.gpu_worker.camera import Camera
-from services.gpu_worker.handler import select_device
-from services.gpu_worker.images import decode_image
-from services.gpu_worker.model import load_model
-from services.gpu_worker.oom import DeviceOutOfMemory, forward_with_oom_split
-from services.gpu_worker.renderer import render
+from splatq.services.gpu_worker.camera import Camera
+from splatq.services.gpu_worker.handler import select_device
+from splatq.services.gpu_worker.images import decode_image
+from splatq.services.gpu_worker.model import load_model
+from splatq.services.gpu_worker.oom import DeviceOutOfMemory, forward_with_oom_split
+from splatq.services.gpu_worker.renderer import render
 from tests.gpu_worker.conftest import sample_png
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")

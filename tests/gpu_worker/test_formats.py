@@ -12,7 +12,7 @@ import torch
 from PIL import Image
 from plyfile import PlyData
 
-from services.gpu_worker.formats import (
+from splatq.services.gpu_worker.formats import (
     PLY_PROPERTIES,
     SPLAT_ROW_BYTES,
     ArtifactInvalid,
@@ -24,8 +24,8 @@ from services.gpu_worker.formats import (
     verify_png,
     verify_splat,
 )
-from services.gpu_worker.gaussians import SH_C0, Gaussians
-from shared.errors import PermanentError, classify
+from splatq.services.gpu_worker.gaussians import SH_C0, Gaussians
+from splatq.shared.engine.errors import PermanentError, classify
 
 F64 = npt.NDArray[np.float64]
 

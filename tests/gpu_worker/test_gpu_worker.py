@@ -9,14 +9,14 @@ from typing import Any
 import torch
 from redis.asyncio import Redis
 
-from services.gpu_worker import formats
-from services.gpu_worker.artifacts import commit_all, encode_artifacts, stage_and_verify
-from services.gpu_worker.images import decode_image
-from services.gpu_worker.model import load_model
-from shared.jobs import JobRecord
-from shared.queue import JobQueue
-from shared.settings import Settings
-from shared.storage import ARTIFACT_FILES, LocalFileStorage, artifact_key, artifact_run
+from splatq.services.gpu_worker import formats
+from splatq.services.gpu_worker.artifacts import commit_all, encode_artifacts, stage_and_verify
+from splatq.services.gpu_worker.images import decode_image
+from splatq.services.gpu_worker.model import load_model
+from splatq.shared.engine.jobs import JobRecord
+from splatq.shared.engine.queue import JobQueue
+from splatq.shared.settings import Settings
+from splatq.shared.storage.store import ARTIFACT_FILES, LocalFileStorage, artifact_key, artifact_run
 from tests.conftest import WorkerFactory, job_events, wait_for_status
 from tests.gpu_worker.conftest import opaque_noise_png, sample_png, stored_spec
 

@@ -11,12 +11,12 @@ from typing import Any
 import pytest
 from PIL import Image
 
-from services.gpu_worker.images import decode_image
-from shared.errors import PermanentError
-from shared.image_headers import DecodeLimits
-from shared.queue import JobQueue
-from shared.settings import Settings
-from shared.storage import LocalFileStorage
+from splatq.services.gpu_worker.images import decode_image
+from splatq.shared.engine.errors import PermanentError
+from splatq.shared.engine.queue import JobQueue
+from splatq.shared.images.headers import DecodeLimits
+from splatq.shared.settings import Settings
+from splatq.shared.storage.store import LocalFileStorage
 from tests import hostile_inputs as hostile
 from tests.conftest import WorkerFactory, wait_for_status
 from tests.gpu_worker.conftest import stored_spec

@@ -13,16 +13,16 @@ import pytest
 import torch
 from PIL import Image
 
-from services.gpu_worker.builtin_model import (
+from splatq.services.gpu_worker.builtin_model import (
     SilhouetteInflationModel,
     edge_distance,
     foreground_mask,
 )
-from services.gpu_worker.camera import OBJECT_DISTANCE, Camera
-from services.gpu_worker.gaussians import SH_C0, Gaussians
-from services.gpu_worker.model import load_model
-from services.gpu_worker.renderer import psnr, render, to_png_bytes
-from services.gpu_worker.samples import (
+from splatq.services.gpu_worker.camera import OBJECT_DISTANCE, Camera
+from splatq.services.gpu_worker.gaussians import SH_C0, Gaussians
+from splatq.services.gpu_worker.model import load_model
+from splatq.services.gpu_worker.renderer import psnr, render, to_png_bytes
+from splatq.services.gpu_worker.samples import (
     BUNDLED_SAMPLE,
     DEFAULT_BACKGROUND,
     sample_image,

@@ -22,15 +22,15 @@ import pytest
 import yaml
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-import shared.settings
-from services.gateway.app import create_app
-from services.gateway.metrics import GatewayMetrics
-from services.gpu_worker.metrics import GpuMetrics
-from services.gpu_worker.oom import CUDA_OUT_OF_MEMORY
-from services.webhook_dispatcher.metrics import DispatcherMetrics
-from shared.keys import STREAMS, KeySchema
-from shared.metrics import EngineMetrics
-from shared.settings import Settings
+import splatq.shared.settings
+from splatq.services.gateway.app import create_app
+from splatq.services.gateway.metrics import GatewayMetrics
+from splatq.services.gpu_worker.metrics import GpuMetrics
+from splatq.services.gpu_worker.oom import CUDA_OUT_OF_MEMORY
+from splatq.services.webhook_dispatcher.metrics import DispatcherMetrics
+from splatq.shared.engine.keys import STREAMS, KeySchema
+from splatq.shared.metrics import EngineMetrics
+from splatq.shared.settings import Settings
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 K8S = REPO_ROOT / "k8s"
@@ -233,7 +233,7 @@ def job_label_of(path: Path) -> str:
 
 def env_names_read_by_settings() -> set[str]:
     """Every `"SPLATQ_..."` literal in shared/settings.py: the variables `from_env` reads."""
-    source = Path(shared.settings.__file__).read_text(encoding="utf-8")
+    source = Path(splatq.shared.settings.__file__).read_text(encoding="utf-8")
     names = set(re.findall(r'"(SPLATQ_[A-Z0-9_]+)"', source))
     assert "SPLATQ_REDIS_URL" in names  # the scan itself works
     return names

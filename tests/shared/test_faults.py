@@ -11,15 +11,15 @@ from pathlib import Path
 import pytest
 from redis.asyncio import Redis
 
-from shared.errors import CORRUPT_JOB_RECORD, INVALID_OUTCOME
-from shared.jobs import JobOutcome, JobSpec
-from shared.keys import StreamName
-from shared.queue import JobQueue
-from shared.redis_client import connect
-from shared.redis_server import RedisServer, free_port
-from shared.scripts import Script
-from shared.settings import Settings
-from shared.worker import JobContext, Worker
+from splatq.shared.engine.errors import CORRUPT_JOB_RECORD, INVALID_OUTCOME
+from splatq.shared.engine.jobs import JobOutcome, JobSpec
+from splatq.shared.engine.keys import StreamName
+from splatq.shared.engine.queue import JobQueue
+from splatq.shared.engine.scripts import Script
+from splatq.shared.engine.worker import JobContext, Worker
+from splatq.shared.redis.client import connect
+from splatq.shared.redis.server import RedisServer, free_port
+from splatq.shared.settings import Settings
 from tests.conftest import (
     WorkerFactory,
     engine_settings,
@@ -298,7 +298,7 @@ async def test_claim_lives_in_the_partition_of_its_key(redis: Redis, settings: S
 async def test_an_unsendable_call_fails_alone_in_its_pipeline(queue: JobQueue) -> None:
     """A script call with an argument Redis cannot encode (None) gets a TypeError of its own;
     the calls beside it in the same pipeline run."""
-    from shared.scripts import ScriptCall  # noqa: PLC0415
+    from splatq.shared.engine.scripts import ScriptCall  # noqa: PLC0415
 
     key = queue.keys.idempotency(0, "d")
     good = ScriptCall(Script.CLAIM, [key], ["job_000" + "C" * 26, 1000])

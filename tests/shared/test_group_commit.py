@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from shared import group_commit
-from shared.files import TEMP_MARKER
-from shared.group_commit import GroupCommitWriter, _Write
-from shared.storage import LocalFileStorage
+from splatq.shared.engine import group_commit
+from splatq.shared.engine.group_commit import GroupCommitWriter, _Write
+from splatq.shared.storage.files import TEMP_MARKER
+from splatq.shared.storage.store import LocalFileStorage
 from tests.conftest import REPO_ROOT, wait_until
 
 
@@ -104,7 +104,7 @@ async def test_the_idle_thread_exits_and_the_next_write_starts_another(
 WRITER_SCRIPT = """
 import asyncio, hashlib, sys
 from pathlib import Path
-from shared.storage import LocalFileStorage
+from splatq.shared.storage.store import LocalFileStorage
 
 async def main() -> None:
     storage = LocalFileStorage(Path(sys.argv[1]))

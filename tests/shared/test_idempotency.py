@@ -7,9 +7,9 @@ import asyncio
 
 from redis.asyncio import Redis
 
-from shared.ids import new_job_id
-from shared.jobs import JobSpec
-from shared.queue import JobQueue
+from splatq.shared.engine.ids import new_job_id
+from splatq.shared.engine.jobs import JobSpec
+from splatq.shared.engine.queue import JobQueue
 from tests.conftest import WorkerFactory, wait_for_status
 
 

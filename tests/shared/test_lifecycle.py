@@ -5,7 +5,7 @@ from __future__ import annotations
 import orjson
 from redis.asyncio import Redis
 
-from shared.queue import JobQueue
+from splatq.shared.engine.queue import JobQueue
 from tests.conftest import WorkerFactory, job_events, spec, wait_for_status
 
 

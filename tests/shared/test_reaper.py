@@ -5,10 +5,10 @@ from __future__ import annotations
 from prometheus_client import CollectorRegistry
 from redis.asyncio import Redis
 
-from shared.keys import StreamName
-from shared.metrics import EngineMetrics
-from shared.queue import JobQueue
-from shared.reaper import Reaper
+from splatq.shared.engine.keys import StreamName
+from splatq.shared.engine.queue import JobQueue
+from splatq.shared.engine.reaper import Reaper
+from splatq.shared.metrics import EngineMetrics
 from tests.conftest import spec, wait_until
 
 STREAM = StreamName.INTERACTIVE

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from shared.settings import Settings, SettingsError
+from splatq.shared.settings import Settings, SettingsError
 from tests.conftest import REPO_ROOT
 
 
@@ -65,7 +65,7 @@ def test_worker_partitions_must_exist() -> None:
 def test_cli_exits_78_on_a_configuration_error() -> None:
     """`splatq worker` with a bad variable: exit code 78 (EX_CONFIG) and a clear message."""
     proc = subprocess.run(
-        [sys.executable, "-m", "services.cli", "worker"],
+        [sys.executable, "-m", "splatq.services.cli", "worker"],
         cwd=REPO_ROOT,
         env={"SPLATQ_LEASE_TTL_MS": "soon", "PATH": "/usr/bin:/bin"},
         capture_output=True,
@@ -79,7 +79,7 @@ def test_cli_exits_78_on_a_configuration_error() -> None:
 
 def test_cli_exits_78_on_an_unloadable_handler() -> None:
     proc = subprocess.run(
-        [sys.executable, "-m", "services.cli", "worker", "--handler", "no.such:thing"],
+        [sys.executable, "-m", "splatq.services.cli", "worker", "--handler", "no.such:thing"],
         cwd=REPO_ROOT,
         env={"PATH": "/usr/bin:/bin"},
         capture_output=True,

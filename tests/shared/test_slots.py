@@ -6,8 +6,8 @@ import itertools
 
 import pytest
 
-from shared.keys import StreamName
-from shared.slots import SlotPool, reserve_slots
+from splatq.shared.engine.keys import StreamName
+from splatq.shared.engine.slots import SlotPool, reserve_slots
 
 INT, SYN = StreamName.INTERACTIVE, StreamName.SYNTHESIS
 

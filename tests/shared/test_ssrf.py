@@ -16,7 +16,7 @@ from aiohttp import web
 from aiohttp.abc import AbstractResolver, ResolveResult
 from aiohttp.test_utils import TestServer
 
-from shared.ssrf import (
+from splatq.shared.webhooks.ssrf import (
     INVALID_WEBHOOK_URL,
     MAX_URL_LENGTH,
     BlockedAddress,

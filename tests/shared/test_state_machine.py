@@ -8,9 +8,9 @@ import itertools
 import pytest
 from redis.asyncio import Redis
 
-from shared.jobs import JobSpec
-from shared.queue import Finish, JobQueue, StreamEntry
-from shared.states import ALLOWED_TRANSITIONS, TERMINAL, JobStatus, is_allowed
+from splatq.shared.engine.jobs import JobSpec
+from splatq.shared.engine.queue import Finish, JobQueue, StreamEntry
+from splatq.shared.engine.states import ALLOWED_TRANSITIONS, TERMINAL, JobStatus, is_allowed
 
 FINISH_TARGETS = [
     JobStatus.COMPLETED,

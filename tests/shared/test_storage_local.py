@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from shared.storage import LocalFileStorage, ObjectNotFound, artifact_key, input_key
+from splatq.shared.storage.store import LocalFileStorage, ObjectNotFound, artifact_key, input_key
 
 
 async def test_put_if_absent_writes_once_and_creates_directories(

@@ -20,8 +20,13 @@ import pytest
 from aiobotocore.session import AioSession
 from botocore.exceptions import BotoCoreError, ClientError
 
-from shared.storage import TEMP_MARKER, ObjectNotFound, StorageUnavailable, open_storage
-from shared.storage_s3 import MULTIPART_THRESHOLD, PART_SIZE, S3Storage
+from splatq.shared.storage.s3 import MULTIPART_THRESHOLD, PART_SIZE, S3Storage
+from splatq.shared.storage.store import (
+    TEMP_MARKER,
+    ObjectNotFound,
+    StorageUnavailable,
+    open_storage,
+)
 
 
 def _free_port() -> int:
@@ -325,7 +330,7 @@ async def test_unreachable_endpoint_raises_storage_unavailable_quickly() -> None
 
 
 def test_s3_backend_is_not_imported_by_local_storage() -> None:
-    """Importing shared.storage (local users) does not import aiobotocore."""
-    code = "import sys, shared.storage; sys.exit('aiobotocore' in sys.modules)"
+    """Importing splatq.shared.storage.store (local users) does not import aiobotocore."""
+    code = "import sys, splatq.shared.storage.store; sys.exit('aiobotocore' in sys.modules)"
     done = subprocess.run([sys.executable, "-c", code], check=False, env=dict(os.environ))
     assert done.returncode == 0

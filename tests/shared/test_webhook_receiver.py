@@ -20,15 +20,15 @@ from aiohttp.test_utils import TestClient, TestServer
 from redis.asyncio import Redis
 from structlog.testing import capture_logs
 
-from shared.redis_server import RedisServer, free_port
-from shared.webhook_receiver import (
+from splatq.shared.redis.server import RedisServer, free_port
+from splatq.shared.webhooks.receiver import (
     AiohttpWebhookHandler,
     Delivery,
     InvalidPayload,
     WebhookReceiver,
     aiohttp_handler,
 )
-from shared.webhook_signing import SignatureError, generate_secret, signed_headers
+from splatq.shared.webhooks.signing import SignatureError, generate_secret, signed_headers
 from tests.conftest import REPO_ROOT
 
 SECRET = generate_secret()

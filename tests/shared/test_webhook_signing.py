@@ -10,7 +10,7 @@ from datetime import UTC, datetime
 import pytest
 from standardwebhooks import Webhook, WebhookVerificationError
 
-from shared.webhook_signing import (
+from splatq.shared.webhooks.signing import (
     SignatureError,
     generate_secret,
     parse_secret,

@@ -7,9 +7,9 @@ import time
 
 from redis.asyncio import Redis
 
-from shared.jobs import JobSpec
-from shared.keys import StreamName
-from shared.queue import JobQueue
+from splatq.shared.engine.jobs import JobSpec
+from splatq.shared.engine.keys import StreamName
+from splatq.shared.engine.queue import JobQueue
 from tests.conftest import WorkerFactory, job_events, spec, wait_for_status, wait_until
 
 

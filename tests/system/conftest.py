@@ -39,7 +39,7 @@ def worker_env(redis_url: str, **overrides: str) -> dict[str, str]:
 
 
 class _Processes:
-    """`python -m services.cli ...` subprocesses of one test, each logging to its own file;
+    """`python -m splatq.services.cli ...` subprocesses of one test, each logging to its own file;
     all SIGKILLed at teardown."""
 
     def __init__(self, log_dir: Path) -> None:
@@ -49,7 +49,7 @@ class _Processes:
     def start(self, args: list[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
         log = open(self.log_dir / f"{args[0]}-{len(self.procs)}.log", "wb")  # noqa: SIM115
         proc = subprocess.Popen(
-            [sys.executable, "-m", "services.cli", *args],
+            [sys.executable, "-m", "splatq.services.cli", *args],
             cwd=REPO_ROOT,
             env=env,
             stdout=log,
@@ -67,8 +67,8 @@ class _Processes:
 
 @pytest.fixture
 def spawn_worker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SpawnWorker]:
-    """Start `python -m services.cli worker --handler tests.handlers:make`; all are killed after
-    the test. Logs go to a file per process (shown on failure by the test's asserts)."""
+    """Start `python -m splatq.services.cli worker --handler tests.handlers:make`; all are
+    killed after the test. Logs go to a file per process (shown on failure by the asserts)."""
     procs = _Processes(tmp_path_factory.mktemp("worker-logs"))
 
     def spawn(
@@ -85,7 +85,7 @@ SpawnService = Callable[..., subprocess.Popen[bytes]]
 
 @pytest.fixture
 def spawn_service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SpawnService]:
-    """Start `python -m services.cli <command>` with the test environment plus overrides;
+    """Start `python -m splatq.services.cli <command>` with the test environment plus overrides;
     every one is killed after the test."""
     procs = _Processes(tmp_path_factory.mktemp("service-logs"))
 

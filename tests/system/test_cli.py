@@ -13,9 +13,9 @@ import aiohttp
 import orjson
 import pytest
 
-from services.gpu_worker import formats
-from shared.redis_server import RedisServer, free_port
-from shared.storage import LocalFileStorage
+from splatq.services.gpu_worker import formats
+from splatq.shared.redis.server import RedisServer, free_port
+from splatq.shared.storage.store import LocalFileStorage
 from tests.conftest import REPO_ROOT
 from tests.gpu_worker.conftest import sample_png
 from tests.system.conftest import SpawnWorker, worker_env
@@ -39,7 +39,7 @@ async def gateway_url(
     )
     log = (tmp_path / "gateway.log").open("wb")
     proc = subprocess.Popen(  # noqa: ASYNC220 - returns at once; readiness is polled below
-        [sys.executable, "-m", "services.cli", "gateway"],
+        [sys.executable, "-m", "splatq.services.cli", "gateway"],
         cwd=REPO_ROOT,
         env=env,
         stdout=log,
@@ -67,7 +67,7 @@ async def splatq(*args: str, url: str, key: str = KEY) -> tuple[int, str, str]:
     proc = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
-        "services.cli",
+        "splatq.services.cli",
         *args,
         "--api-url",
         url,
@@ -93,7 +93,7 @@ async def test_submit_wait_download_status_and_exit_codes(
     job; refusals exit 3 with the API's code; an unreachable API exits 4."""
     spawn_worker(
         redis_server.url,
-        "services.gpu_worker.handler:make",
+        "splatq.services.gpu_worker.handler:make",
         SPLATQ_STORAGE_URL=f"file://{storage.root}",
         SPLATQ_DEVICE="cpu",
     )

@@ -10,8 +10,8 @@ import subprocess
 import pytest
 from redis.asyncio import Redis
 
-from shared.queue import JobQueue
-from shared.redis_server import RedisServer
+from splatq.shared.engine.queue import JobQueue
+from splatq.shared.redis.server import RedisServer
 from tests.conftest import spec, wait_for_status
 from tests.system.conftest import SpawnWorker
 

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 from redis.asyncio import Redis
 
-from shared.queue import JobQueue
-from shared.redis_client import connect
-from shared.redis_server import RedisServer
+from splatq.shared.engine.queue import JobQueue
+from splatq.shared.redis.client import connect
+from splatq.shared.redis.server import RedisServer
 from tests.conftest import engine_settings, job_events, spec, wait_for_status, wait_until
 from tests.system.conftest import SpawnWorker
 

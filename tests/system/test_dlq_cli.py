@@ -9,11 +9,11 @@ import orjson
 import pytest
 from redis.asyncio import Redis
 
-from shared.keys import StreamName
-from shared.queue import JobQueue
-from shared.reaper import Reaper
-from shared.redis_server import RedisServer
-from shared.webhook_store import AttemptResult, Recorded, WebhookStore
+from splatq.shared.engine.keys import StreamName
+from splatq.shared.engine.queue import JobQueue
+from splatq.shared.engine.reaper import Reaper
+from splatq.shared.redis.server import RedisServer
+from splatq.shared.webhooks.store import AttemptResult, Recorded, WebhookStore
 from tests.conftest import REPO_ROOT, WorkerFactory, spec, wait_for_status, wait_until
 from tests.system.conftest import worker_env
 
@@ -25,7 +25,7 @@ async def splatq_dlq(redis_url: str, *args: str) -> tuple[int, str, str]:
     proc = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
-        "services.cli",
+        "splatq.services.cli",
         "dlq",
         *args,
         cwd=REPO_ROOT,

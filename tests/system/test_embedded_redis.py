@@ -13,7 +13,7 @@ import pytest
 from redis.asyncio import Redis
 from redis.exceptions import ConnectionError as RedisConnectionError
 
-from shared.redis_server import RedisServer, RedisServerError, free_port
+from splatq.shared.redis.server import RedisServer, RedisServerError, free_port
 from tests.conftest import REPO_ROOT, wait_until
 
 pytestmark = pytest.mark.slow
@@ -22,7 +22,7 @@ pytestmark = pytest.mark.slow
 HOLDER = """
 import asyncio, sys
 from pathlib import Path
-from shared.redis_server import RedisServer
+from splatq.shared.redis.server import RedisServer
 
 async def main() -> None:
     server = RedisServer(Path(sys.argv[1]), port=int(sys.argv[2]))
@@ -123,7 +123,7 @@ async def test_splatq_up_sigkilled_takes_its_redis_and_services_with_it(tmp_path
     log_path = tmp_path / "up.log"
     with log_path.open("wb") as log:
         up = subprocess.Popen(  # noqa: ASYNC220 - returns at once; readiness is polled
-            [sys.executable, "-m", "services.cli", "up", "--redis-port", str(port)],
+            [sys.executable, "-m", "splatq.services.cli", "up", "--redis-port", str(port)],
             cwd=REPO_ROOT,
             env=_stack_env(tmp_path),
             stdout=log,
@@ -171,7 +171,7 @@ async def test_start_up_refuses_a_foreign_redis_on_its_port(tmp_path: Path) -> N
         with pytest.raises(RedisServerError, match="already answered by another redis-server"):
             await ours.start()
         up = subprocess.run(  # noqa: ASYNC221 - a bounded, short-lived child
-            [sys.executable, "-m", "services.cli", "up", "--redis-port", str(foreign.port)],
+            [sys.executable, "-m", "splatq.services.cli", "up", "--redis-port", str(foreign.port)],
             cwd=REPO_ROOT,
             env=_stack_env(tmp_path),
             capture_output=True,

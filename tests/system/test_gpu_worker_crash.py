@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 from redis.asyncio import Redis
 
-from services.gpu_worker import formats
-from shared.queue import JobQueue
-from shared.redis_server import RedisServer
-from shared.storage import ARTIFACT_FILES, LocalFileStorage, artifact_key
+from splatq.services.gpu_worker import formats
+from splatq.shared.engine.queue import JobQueue
+from splatq.shared.redis.server import RedisServer
+from splatq.shared.storage.store import ARTIFACT_FILES, LocalFileStorage, artifact_key
 from tests.conftest import job_events, wait_for_status, wait_until
 from tests.gpu_worker.conftest import sample_png, stored_spec
 from tests.system.conftest import SpawnWorker

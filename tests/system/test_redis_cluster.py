@@ -13,13 +13,13 @@ from pathlib import Path
 
 import pytest
 
-from shared.jobs import JobOutcome, JobSpec
-from shared.keys import STREAMS
-from shared.queue import JobQueue
-from shared.redis_client import connect
-from shared.redis_server import RedisServer
-from shared.settings import Settings
-from shared.worker import JobContext, Worker
+from splatq.shared.engine.jobs import JobOutcome, JobSpec
+from splatq.shared.engine.keys import STREAMS
+from splatq.shared.engine.queue import JobQueue
+from splatq.shared.engine.worker import JobContext, Worker
+from splatq.shared.redis.client import connect
+from splatq.shared.redis.server import RedisServer
+from splatq.shared.settings import Settings
 from tests.conftest import engine_settings, wait_until
 
 pytestmark = [

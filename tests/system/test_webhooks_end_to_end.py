@@ -15,7 +15,7 @@ from aiohttp import web
 from aiohttp.test_utils import TestServer
 from redis.asyncio import Redis
 
-from shared.redis_server import RedisServer, free_port
+from splatq.shared.redis.server import RedisServer, free_port
 from tests.conftest import wait_until
 from tests.gateway.corpus import valid_png
 from tests.system.conftest import SpawnService, SpawnWorker

@@ -14,10 +14,10 @@ from aiohttp.test_utils import TestServer
 from prometheus_client import CollectorRegistry
 from redis.asyncio import Redis
 
-from services.webhook_dispatcher.dispatcher import Dispatcher
-from services.webhook_dispatcher.metrics import DispatcherMetrics
-from shared.queue import JobQueue
-from shared.settings import Settings
+from splatq.services.webhook_dispatcher.dispatcher import Dispatcher
+from splatq.services.webhook_dispatcher.metrics import DispatcherMetrics
+from splatq.shared.engine.queue import JobQueue
+from splatq.shared.settings import Settings
 from tests.conftest import finish_or_cancel, wait_until
 from tests.system.conftest import spawn_service  # noqa: F401 - dispatcher processes
 

@@ -15,13 +15,13 @@ import pytest
 import standardwebhooks
 from redis.asyncio import Redis
 
-from services.webhook_dispatcher.dispatcher import Dispatcher
-from services.webhook_dispatcher.policy import classify_response, should_deliver
-from shared.jobs import JobSpec
-from shared.queue import JobQueue
-from shared.redis_server import RedisServer
-from shared.settings import Settings
-from shared.webhook_store import WebhookStore
+from splatq.services.webhook_dispatcher.dispatcher import Dispatcher
+from splatq.services.webhook_dispatcher.policy import classify_response, should_deliver
+from splatq.shared.engine.jobs import JobSpec
+from splatq.shared.engine.queue import JobQueue
+from splatq.shared.redis.server import RedisServer
+from splatq.shared.settings import Settings
+from splatq.shared.webhooks.store import WebhookStore
 from tests.conftest import REPO_ROOT, WorkerFactory, wait_for_status, wait_until
 from tests.system.conftest import worker_env
 from tests.webhook_dispatcher.conftest import ReceiverFactory, dispatcher_settings
@@ -230,7 +230,7 @@ async def test_a_sigkilled_dispatcher_loses_no_message(
         SPLATQ_WEBHOOK_RETRY_BASE_MS="20",
         SPLATQ_WEBHOOK_RETRY_CAP_MS="200",
     )
-    argv = [sys.executable, "-m", "services.cli", "dispatcher"]
+    argv = [sys.executable, "-m", "splatq.services.cli", "dispatcher"]
     first = subprocess.Popen(  # noqa: ASYNC220 - returns at once
         argv,
         cwd=REPO_ROOT,

@@ -17,13 +17,13 @@ from aiohttp import web
 from aiohttp.test_utils import TestServer
 from redis.asyncio import Redis
 
-from services.webhook_dispatcher.dispatcher import Dispatcher
-from shared.jobs import JobSpec
-from shared.queue import JobQueue
-from shared.redis_server import RedisServer
-from shared.settings import Settings
-from shared.webhook_endpoints import Endpoint, EndpointStore
-from shared.webhook_store import AttemptResult, WebhookStore
+from splatq.services.webhook_dispatcher.dispatcher import Dispatcher
+from splatq.shared.engine.jobs import JobSpec
+from splatq.shared.engine.queue import JobQueue
+from splatq.shared.redis.server import RedisServer
+from splatq.shared.settings import Settings
+from splatq.shared.webhooks.endpoints import Endpoint, EndpointStore
+from splatq.shared.webhooks.store import AttemptResult, WebhookStore
 from tests.conftest import REPO_ROOT, WorkerFactory, wait_for_status, wait_until
 from tests.system.conftest import worker_env
 from tests.webhook_dispatcher.conftest import (
@@ -491,7 +491,7 @@ async def test_dispatchers_killed_mid_run_lose_no_endpoint_message(
     procs: list[subprocess.Popen[bytes]] = []
 
     def start() -> subprocess.Popen[bytes]:
-        argv = [sys.executable, "-m", "services.cli", "dispatcher"]
+        argv = [sys.executable, "-m", "splatq.services.cli", "dispatcher"]
         out = subprocess.DEVNULL
         procs.append(subprocess.Popen(argv, cwd=REPO_ROOT, env=env, stdout=out, stderr=out))
         return procs[-1]

@@ -10,9 +10,9 @@ from typing import Any
 
 from redis.asyncio import Redis
 
-from shared.queue import JobQueue
-from shared.webhook_endpoints import EndpointStore
-from shared.webhook_store import AttemptResult, WebhookStore
+from splatq.shared.engine.queue import JobQueue
+from splatq.shared.webhooks.endpoints import EndpointStore
+from splatq.shared.webhooks.store import AttemptResult, WebhookStore
 
 COMPLETED = "3d_reconstruction.completed"
 BATCH = 500

@@ -8,11 +8,11 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
-from services.webhook_dispatcher.policy import tenant_limit
-from shared.jobs import JobSpec
-from shared.queue import JobQueue
-from shared.redis_server import RedisServer
-from shared.webhook_endpoints import EndpointStore
+from splatq.services.webhook_dispatcher.policy import tenant_limit
+from splatq.shared.engine.jobs import JobSpec
+from splatq.shared.engine.queue import JobQueue
+from splatq.shared.redis.server import RedisServer
+from splatq.shared.webhooks.endpoints import EndpointStore
 from tests.conftest import WorkerFactory, wait_for_status, wait_until
 from tests.system.conftest import SpawnService
 from tests.webhook_dispatcher.conftest import TimedReceiver

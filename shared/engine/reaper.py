@@ -13,10 +13,10 @@ from dataclasses import dataclass, field
 
 import structlog
 
-from shared.entries import UNKNOWN_JOB, entry_problem
-from shared.keys import StreamName
-from shared.metrics import EngineMetrics
-from shared.queue import JobQueue, StreamEntry
+from splatq.shared.engine.entries import UNKNOWN_JOB, entry_problem
+from splatq.shared.engine.keys import StreamName
+from splatq.shared.engine.queue import JobQueue, StreamEntry
+from splatq.shared.metrics import EngineMetrics
 
 log = structlog.get_logger("splatq.reaper")
 

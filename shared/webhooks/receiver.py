@@ -17,7 +17,7 @@ import structlog
 from aiohttp import web
 from redis.asyncio import Redis
 
-from shared.webhook_signing import (
+from splatq.shared.webhooks.signing import (
     DEFAULT_TOLERANCE_S,
     SignatureError,
     parse_secret,

@@ -1,6 +1,6 @@
 """The engine's Redis I/O: every read and write of jobs, streams, leases and claims.
 
-A thin layer over the Lua scripts (`shared/lua/`); policy (what to retry, when to reap)
+A thin layer over the Lua scripts (`shared/engine/lua/`); policy (what to retry, when to reap)
 lives with its callers. Every multi-key call stays in one `{pN}` slot.
 """
 
@@ -16,14 +16,14 @@ from typing import Any
 from redis.asyncio import Redis
 from redis.exceptions import ResponseError
 
-from shared import events
-from shared.events import EventType
-from shared.ids import is_job_id, new_event_id, new_job_id, new_trace_id, partition_of
-from shared.jobs import JOB_FORMAT_VERSION, JobRecord, JobSpec, pairs_to_dict
-from shared.keys import STREAMS, KeySchema, StreamName, replay_key
-from shared.redis_client import is_transient_reply
-from shared.scripts import Arg, Script, ScriptCall, ScriptRunner, new_request_id
-from shared.settings import Settings
+from splatq.shared.engine import events
+from splatq.shared.engine.events import EventType
+from splatq.shared.engine.ids import is_job_id, new_event_id, new_job_id, new_trace_id, partition_of
+from splatq.shared.engine.jobs import JOB_FORMAT_VERSION, JobRecord, JobSpec, pairs_to_dict
+from splatq.shared.engine.keys import STREAMS, KeySchema, StreamName, replay_key
+from splatq.shared.engine.scripts import Arg, Script, ScriptCall, ScriptRunner, new_request_id
+from splatq.shared.redis.client import is_transient_reply
+from splatq.shared.settings import Settings
 
 # Parking consumer for released entries: they stay pending (keeping their place) until a
 # reaper pass hands them to a worker with free slots.

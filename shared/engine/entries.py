@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from shared.ids import JOB_ID_RE
-from shared.jobs import JOB_FORMAT_VERSION
+from splatq.shared.engine.ids import JOB_ID_RE
+from splatq.shared.engine.jobs import JOB_FORMAT_VERSION
 
 MISSING_FIELDS = "missing_fields"
 BAD_JOB_ID = "bad_job_id"

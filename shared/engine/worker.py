@@ -26,9 +26,9 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from shared import events
-from shared.entries import UNKNOWN_JOB, entry_problem
-from shared.errors import (
+from splatq.shared.engine import events
+from splatq.shared.engine.entries import UNKNOWN_JOB, entry_problem
+from splatq.shared.engine.errors import (
     CORRUPT_JOB_RECORD,
     INVALID_OUTCOME,
     ErrorInfo,
@@ -37,16 +37,16 @@ from shared.errors import (
     PermanentError,
     classify,
 )
-from shared.events import EventType
-from shared.jobs import JobOutcome, JobRecord
-from shared.keys import STREAMS, StreamName
-from shared.metrics import EngineMetrics
-from shared.queue import RENEW_UNKNOWN, Finish, JobQueue, StreamEntry
-from shared.reaper import Reaper
-from shared.redis_client import error_reply_kind, is_transient_reply
-from shared.retries import decide_retry
-from shared.settings import Settings
-from shared.slots import SlotPool
+from splatq.shared.engine.events import EventType
+from splatq.shared.engine.jobs import JobOutcome, JobRecord
+from splatq.shared.engine.keys import STREAMS, StreamName
+from splatq.shared.engine.queue import RENEW_UNKNOWN, Finish, JobQueue, StreamEntry
+from splatq.shared.engine.reaper import Reaper
+from splatq.shared.engine.retries import decide_retry
+from splatq.shared.engine.slots import SlotPool
+from splatq.shared.metrics import EngineMetrics
+from splatq.shared.redis.client import error_reply_kind, is_transient_reply
+from splatq.shared.settings import Settings
 
 log = structlog.get_logger("splatq.worker")
 T = TypeVar("T")

@@ -12,11 +12,11 @@ from typing import Any
 import orjson
 from redis.exceptions import ResponseError
 
-from shared.jobs import pairs_to_dict
-from shared.queue import JOB_RETENTION_MS, DeadLetter, JobQueue, parse_dead_letter_id
-from shared.scripts import Arg, Script, ScriptCall
-from shared.webhook_endpoints import EndpointStore, Health
-from shared.webhook_signing import generate_secret
+from splatq.shared.engine.jobs import pairs_to_dict
+from splatq.shared.engine.queue import JOB_RETENTION_MS, DeadLetter, JobQueue, parse_dead_letter_id
+from splatq.shared.engine.scripts import Arg, Script, ScriptCall
+from splatq.shared.webhooks.endpoints import EndpointStore, Health
+from splatq.shared.webhooks.signing import generate_secret
 
 DISPATCHER_GROUP = "dispatcher"
 LOG_CAP = 200

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from shared.keys import STREAMS, StreamName
+from splatq.shared.engine.keys import STREAMS, StreamName
 
 
 def reserve_slots(total: int, interactive_share: float) -> dict[StreamName, int]:

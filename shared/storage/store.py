@@ -1,7 +1,7 @@
 """Object storage for inputs and artifacts: an async interface and its local-filesystem backend.
 
 Writes are staged under a temporary key and made visible by an atomic commit (rename), so a
-reader never sees a partial object. No job logic here; the S3 backend is `shared.storage_s3`.
+reader never sees a partial object. No job logic here; the S3 backend is `splatq.shared.storage.s3`.
 """
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ from pathlib import Path
 from typing import Protocol
 from urllib.parse import urlparse
 
-from shared.errors import PermanentError, TransientError
-from shared.files import TEMP_MARKER, write_file, write_if_absent
-from shared.group_commit import GroupCommitWriter
+from splatq.shared.engine.errors import PermanentError, TransientError
+from splatq.shared.engine.group_commit import GroupCommitWriter
+from splatq.shared.storage.files import TEMP_MARKER, write_file, write_if_absent
 
 __all__ = ["TEMP_MARKER", "LocalFileStorage", "ObjectNotFound", "Staged", "Storage",
            "StorageUnavailable", "open_storage", "validate_key"]  # fmt: skip
@@ -87,7 +87,7 @@ class LocalFileStorage:
     def __init__(self, root: Path, group_commit: bool = True) -> None:
         self.root = root.resolve()
         # put_if_absent (the gateway's input writes) is batched: one filesystem flush for
-        # every write queued at that moment (shared/group_commit.py).
+        # every write queued at that moment (shared/engine/group_commit.py).
         self._writer = GroupCommitWriter(self.root) if group_commit else None
 
     def path_of(self, key: str) -> Path:
@@ -170,7 +170,7 @@ def open_storage(url: str, default_root: Path, *, s3_endpoint_url: str = "") -> 
     if parsed.scheme == "s3":
         if not parsed.netloc:
             raise ValueError(f"SPLATQ_STORAGE_URL {url!r} names no bucket (s3://bucket/prefix)")
-        from shared.storage_s3 import S3Storage  # noqa: PLC0415 - keeps aiobotocore off local use
+        from splatq.shared.storage.s3 import S3Storage  # noqa: PLC0415 - keeps aiobotocore off local use
 
         return S3Storage(
             parsed.netloc, parsed.path.strip("/"), endpoint_url=s3_endpoint_url or None, region=None

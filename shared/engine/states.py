@@ -1,6 +1,7 @@
 """The job state machine, written down once: statuses and the transitions allowed between them.
 
-Pure data. Lua scripts receive this table (see `shared.scripts`) and refuse anything not in it.
+Pure data. Lua scripts receive this table (see `splatq.shared.engine.scripts`) and refuse
+anything not in it.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Process entry for a worker: logging, Redis, signals, metrics endpoint, then `Worker.run`.
 
-Wiring only; the behaviour lives in `shared.worker`.
+Wiring only; the behaviour lives in `splatq.shared.engine.worker`.
 """
 
 from __future__ import annotations
@@ -11,12 +11,12 @@ import signal
 import structlog
 from prometheus_client import start_http_server
 
-from shared.logs import configure_logging
-from shared.metrics import EngineMetrics
-from shared.queue import JobQueue
-from shared.redis_client import connect
-from shared.settings import Settings
-from shared.worker import HandlerFactory, Worker
+from splatq.shared.engine.queue import JobQueue
+from splatq.shared.engine.worker import HandlerFactory, Worker
+from splatq.shared.logs import configure_logging
+from splatq.shared.metrics import EngineMetrics
+from splatq.shared.redis.client import connect
+from splatq.shared.settings import Settings
 
 log = structlog.get_logger("splatq.runner")
 

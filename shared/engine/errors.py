@@ -1,6 +1,7 @@
 """One exception hierarchy for job outcomes: every error carries a stable `code`.
 
-Mapped once to retry decisions (`shared.retries`) and, in the gateway, once to HTTP problems.
+Mapped once to retry decisions (`splatq.shared.engine.retries`) and, in the gateway, once
+to HTTP problems.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Loads the Lua scripts in `shared/lua/`, prefixed with the generated transition table.
+"""Loads the Lua scripts in `shared/engine/lua/`, prefixed with the generated transition table.
 
 Runs them by SHA with one reload-and-retry when Redis answers NOSCRIPT (after a restart the
 script cache is empty), and makes every script that writes safe to resend: it must not hold
@@ -32,8 +32,8 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import DataError, NoScriptError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from shared.keys import replay_key
-from shared.states import lua_transition_table
+from splatq.shared.engine.keys import replay_key
+from splatq.shared.engine.states import lua_transition_table
 
 Arg = str | int | float | bytes
 ARG_TYPES = frozenset({str, int, float, bytes})
@@ -116,7 +116,7 @@ def new_request_id() -> str:
 
 
 def _source(name: str) -> str:
-    return (resources.files("shared") / "lua" / f"{name}.lua").read_text()
+    return (resources.files("splatq.shared.engine") / "lua" / f"{name}.lua").read_text()
 
 
 @dataclass(frozen=True, slots=True)

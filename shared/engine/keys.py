@@ -10,7 +10,7 @@ import hashlib
 from dataclasses import dataclass
 from enum import StrEnum
 
-from shared.ids import partition_of
+from splatq.shared.engine.ids import partition_of
 
 
 class StreamName(StrEnum):
@@ -24,7 +24,7 @@ STREAMS: tuple[StreamName, ...] = (StreamName.INTERACTIVE, StreamName.SYNTHESIS)
 
 
 def replay_key(first_key: str, request_id: str) -> str:
-    """The replay memo of one script call (shared/scripts.py), in the slot of the call's
+    """The replay memo of one script call (shared/engine/scripts.py), in the slot of the call's
     first key: the same `{...}` hash tag, or the whole key as the tag when it has none."""
     open_at = first_key.find("{")
     close_at = first_key.find("}", open_at + 1) if open_at >= 0 else -1

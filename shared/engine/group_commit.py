@@ -26,7 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from shared.files import temp_path, write_file
+from splatq.shared.storage.files import temp_path, write_file
 
 MAX_BATCH = 256
 IDLE_EXIT_S = 30.0

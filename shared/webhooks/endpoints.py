@@ -15,10 +15,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from shared.ids import ulid
-from shared.queue import JobQueue
-from shared.scripts import Arg, Script, ScriptCall
-from shared.webhook_signing import generate_secret
+from splatq.shared.engine.ids import ulid
+from splatq.shared.engine.queue import JobQueue
+from splatq.shared.engine.scripts import Arg, Script, ScriptCall
+from splatq.shared.webhooks.signing import generate_secret
 
 ENDPOINT_ID_PREFIX = "ep_"
 # How long a half-open probe holds the endpoint before another dispatcher may probe (its

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
 if TYPE_CHECKING:
-    from shared.settings import Settings
+    from splatq.shared.settings import Settings
 
 HeaderCode = Literal[
     "invalid_image", "image_too_large", "image_too_complex", "unsupported_media_type"
@@ -63,7 +63,7 @@ class HeaderRejected(Exception):
 class ImageFormat:
     name: str  # for messages
     mime: str
-    extension: str  # without the dot, as `shared.storage.input_key` wants it
+    extension: str  # without the dot, as `splatq.shared.storage.store.input_key` wants it
     pillow: tuple[str, ...]  # Pillow format names a file with this magic may decode as
 
 

@@ -22,7 +22,13 @@ from aiobotocore.config import AioConfig
 from aiobotocore.session import AioSession
 from botocore.exceptions import BotoCoreError, ClientError
 
-from shared.storage import TEMP_MARKER, ObjectNotFound, Staged, StorageUnavailable, validate_key
+from splatq.shared.storage.store import (
+    TEMP_MARKER,
+    ObjectNotFound,
+    Staged,
+    StorageUnavailable,
+    validate_key,
+)
 
 log = structlog.get_logger("splatq.storage")
 

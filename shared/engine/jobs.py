@@ -1,6 +1,6 @@
 """Job records as they cross the wire: what a producer submits and what a job hash holds.
 
-Pure parsing and formatting; the Redis reads and writes live in `shared.queue`.
+Pure parsing and formatting; the Redis reads and writes live in `splatq.shared.engine.queue`.
 """
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from typing import Any
 
 import orjson
 
-from shared.keys import StreamName
-from shared.states import JobStatus
+from splatq.shared.engine.keys import StreamName
+from splatq.shared.engine.states import JobStatus
 
 JOB_FORMAT_VERSION = "1"
 

@@ -1,0 +1,1 @@
+"""Image inputs: header parsing before any pixel is decoded (`headers`)."""

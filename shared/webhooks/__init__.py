@@ -1,0 +1,1 @@
+"""Webhooks: signing, the outbox store, endpoints, the SSRF guard, a reference receiver."""
