@@ -411,9 +411,12 @@ class Dispatcher:
         self._in_flight.discard(task)
         self._slots.release()
         self._count(m, -1)
-        if not task.cancelled() and task.exception() is not None:
+        exc = None if task.cancelled() else task.exception()
+        if exc is not None:
             # The message stays claimed and becomes due again after the visibility timeout.
-            log.error("webhook.attempt_crashed", error=repr(task.exception()))
+            log.error("webhook.attempt_crashed", job_id=m.job_id, event_id=m.event_id,
+                      target=m.target, attempt=m.attempts, partition=m.partition,
+                      error=repr(exc), exc_info=exc)  # fmt: skip
 
     async def _deliver(self, http: aiohttp.ClientSession, m: Message, gate: Gate | None) -> None:
         s = self.settings
@@ -598,6 +601,7 @@ def _tenant_key(m: Message) -> str:
 
 
 def _log_record_failure(done: asyncio.Future[Recorded]) -> None:
-    if not done.cancelled() and done.exception() is not None:
+    exc = None if done.cancelled() else done.exception()
+    if exc is not None:
         # The message stays claimed and becomes due again after the visibility timeout.
-        log.error("webhook.record_failed", error=repr(done.exception()))
+        log.error("webhook.record_failed", error=repr(exc), exc_info=exc)

@@ -9,7 +9,7 @@ from typing import Any, cast
 
 import hiredis
 from redis.asyncio import BlockingConnectionPool, Connection, Redis
-from redis.asyncio.cluster import RedisCluster
+from redis.asyncio.cluster import ClusterNode, RedisCluster
 from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialBackoff
 from redis.exceptions import (
@@ -74,6 +74,24 @@ class HiredisPackedConnection(Connection):
         return [hiredis.pack_command(args)]
 
 
+def cluster_startup_nodes(url: str) -> tuple[str, list[tuple[str, int]]]:
+    """`redis+cluster://[auth@]h1:p1[,h2:p2…][/…]` -> (`redis://[auth@]h1:p1[/…]`, the other
+    nodes). Several startup nodes let a client started while one node is down still find the
+    cluster; any one live node is enough."""
+    rest = url[len(CLUSTER_SCHEME) :]
+    hosts_end = min((i for i in (rest.find("/"), rest.find("?")) if i >= 0), default=len(rest))
+    auth, _, hosts = rest[:hosts_end].rpartition("@")
+    first, *others = hosts.split(",")
+    nodes = []
+    for node in others:
+        host, _, port = node.rpartition(":")
+        if not host or not port.isdigit():
+            raise ValueError(f"a cluster node is host:port, not {node!r}")
+        nodes.append((host, int(port)))
+    prefix = f"redis://{auth}@" if auth else "redis://"
+    return prefix + first + rest[hosts_end:], nodes
+
+
 def connect(url: str, *, client_name: str = "splatq", max_connections: int = 64) -> Redis:
     """A client with short reconnect retries; callers handle longer outages themselves."""
     retry = Retry(ExponentialBackoff(cap=1.0, base=0.05), retries=3)
@@ -86,9 +104,14 @@ def connect(url: str, *, client_name: str = "splatq", max_connections: int = 64)
     }
     if url.startswith(CLUSTER_SCHEME):
         # The cluster client speaks the same command API; every multi-key call we make is
-        # confined to one {pN} slot, which is what makes this swap possible.
+        # confined to one {pN} slot, which is what makes this swap possible. It follows
+        # MOVED/ASK itself and refreshes its slot map after MOVED, CLUSTERDOWN or a lost node.
+        first, others = cluster_startup_nodes(url)
         cluster = RedisCluster.from_url(
-            "redis://" + url[len(CLUSTER_SCHEME) :], client_name=client_name, **common
+            first,
+            client_name=client_name,
+            startup_nodes=[ClusterNode(host, port) for host, port in others],
+            **common,
         )
         return cast("Redis", cluster)
     # A blocking pool waits for a free connection instead of failing under bursts.

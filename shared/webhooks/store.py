@@ -132,10 +132,13 @@ class WebhookStore:
         rotation's overlap lasts: every one of them signs. One round trip."""
         current = self.keys.tenant_webhook_secret(tenant)
         previous = self.keys.tenant_webhook_previous_secret(tenant)
+        # Two GETs, not MGET: both keys share the tenant's slot, but redis-py's cluster
+        # pipeline refuses MGET outright (RedisClusterException), whatever the slots.
         pipe = self.redis.pipeline(transaction=False)
         pipe.set(current, generate_secret(), nx=True)
-        pipe.mget([current, previous])
-        _, (secret, old) = await pipe.execute()
+        pipe.get(current)
+        pipe.get(previous)
+        _, secret, old = await pipe.execute()
         return (str(secret), str(old)) if old else (str(secret),)
 
     async def rotate_tenant_secret(self, tenant: str) -> str:

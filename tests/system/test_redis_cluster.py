@@ -4,10 +4,6 @@ all partitions flow through enqueue, take, commit and the outbox unchanged."""
 from __future__ import annotations
 
 import asyncio
-import random
-import shutil
-import socket
-import subprocess
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -18,77 +14,23 @@ from splatq.shared.engine.keys import STREAMS
 from splatq.shared.engine.queue import JobQueue
 from splatq.shared.engine.worker import JobContext, Worker
 from splatq.shared.redis.client import connect
-from splatq.shared.redis.server import RedisServer
+from splatq.shared.redis.cluster_server import LocalCluster
 from splatq.shared.settings import Settings
+from tests.cluster import needs_redis_cli
 from tests.conftest import engine_settings, wait_until
 
-pytestmark = [
-    pytest.mark.slow,
-    pytest.mark.skipif(shutil.which("redis-cli") is None, reason="needs redis-cli"),
-]
-
-
-def _cluster_port() -> int:
-    """A free port whose cluster bus port (+10000) is free too; both below 65536."""
-    for _ in range(200):
-        port = random.randint(20_000, 50_000)
-        try:
-            for p in (port, port + 10_000):
-                with socket.socket() as s:
-                    s.bind(("127.0.0.1", p))
-        except OSError:
-            continue
-        return port
-    raise RuntimeError("no free port pair for a cluster node")
-
-
-class ClusterNode(RedisServer):
-    def _argv(self) -> list[str]:
-        return [
-            *super()._argv(),
-            "--cluster-enabled",
-            "yes",
-            "--cluster-config-file",
-            str((self.data_dir / "nodes.conf").resolve()),
-        ]
+pytestmark = [pytest.mark.slow, needs_redis_cli]
 
 
 @pytest.fixture
 async def cluster_url(tmp_path: Path) -> AsyncIterator[str]:
-    nodes = [
-        ClusterNode(tmp_path / f"n{i}", port=_cluster_port(), appendonly=False) for i in range(3)
-    ]
-    for n in nodes:
-        await n.start()
+    """Three primaries, no replicas (tests/cluster.py has the 3 + 3 one)."""
+    cluster = LocalCluster(tmp_path / "cluster", primaries=3, replicas=0)
     try:
-        subprocess.run(  # noqa: ASYNC221 - a one-off setup command, seconds at most
-            [
-                "redis-cli",
-                "--cluster",
-                "create",
-                *(f"127.0.0.1:{n.port}" for n in nodes),
-                "--cluster-replicas",
-                "0",
-                "--cluster-yes",
-            ],
-            check=True,
-            capture_output=True,
-            timeout=60,
-        )
-        probe = connect(f"redis+cluster://127.0.0.1:{nodes[0].port}")
-        try:
-
-            async def ready() -> bool:
-                info = await probe.cluster_info()  # type: ignore[attr-defined]
-                return bool(info.get("cluster_state") == "ok")
-
-            await wait_until(ready, timeout_s=30, interval_s=0.2)
-        finally:
-            await probe.aclose()
-        yield f"redis+cluster://127.0.0.1:{nodes[0].port}"
+        await cluster.start()
+        yield cluster.url
     finally:
-        for n in nodes:
-            await n.kill()
+        await cluster.stop()
 
 
 async def test_jobs_of_every_partition_complete_on_a_cluster(cluster_url: str) -> None:
