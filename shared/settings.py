@@ -115,6 +115,11 @@ class Settings:
     sse_max_streams_per_tenant: int = 32
     # The gateway's shared Redis pool (every request but SSE's blocking reads).
     redis_max_connections: int = 256
+    # Opt-in durability across a failover (docs/cluster.md): after a job is accepted and
+    # after a job's result is committed, WAIT until this many replicas have the write (at
+    # most redis_wait_timeout_ms). 0 = off: asynchronous replication, the Redis default.
+    redis_wait_replicas: int = 0
+    redis_wait_timeout_ms: int = 500
     # What the `splatq submit|status|cancel` client commands talk to.
     api_url: str = ""
     api_key: str = ""
@@ -308,6 +313,10 @@ class Settings:
             ),
             redis_max_connections=_int(
                 e, "SPLATQ_REDIS_MAX_CONNECTIONS", d.redis_max_connections, 1
+            ),
+            redis_wait_replicas=_int(e, "SPLATQ_REDIS_WAIT_REPLICAS", d.redis_wait_replicas, 0),
+            redis_wait_timeout_ms=_int(
+                e, "SPLATQ_REDIS_WAIT_TIMEOUT_MS", d.redis_wait_timeout_ms, 1
             ),
             data_dir=Path(e.get("SPLATQ_DATA_DIR", "").strip() or d.data_dir),
             partitions=_int(e, "SPLATQ_PARTITIONS", d.partitions, 1),

@@ -31,6 +31,7 @@ from splatq.shared.engine.queue import JobQueue
 from splatq.shared.images.headers import DecodeLimits
 from splatq.shared.metrics import EngineMetrics
 from splatq.shared.redis.client import connect
+from splatq.shared.redis.replica_wait import ReplicaWait
 from splatq.shared.settings import Settings
 from splatq.shared.storage.store import Storage, StorageUnavailable, open_storage
 
@@ -40,6 +41,8 @@ SETTINGS = web.AppKey("settings", Settings)
 QUEUE = web.AppKey("queue", JobQueue)
 # The same engine API on the SSE pool: blocking reads only (see redis_ctx).
 SSE_QUEUE = web.AppKey("sse_queue", JobQueue)
+# WAIT after an accepted job (SPLATQ_REDIS_WAIT_REPLICAS; disabled when 0).
+REPLICA_WAIT = web.AppKey("replica_wait", ReplicaWait)
 STREAM_CAPS = web.AppKey("stream_caps", StreamCaps)
 STORAGE = web.AppKey("storage", Storage)
 METRICS = web.AppKey("metrics", GatewayMetrics)
@@ -208,11 +211,15 @@ def create_app(
         await queue.setup()
         app[QUEUE] = queue
         app[SSE_QUEUE] = JobQueue(sse_redis, settings)
+        app[REPLICA_WAIT] = ReplicaWait(
+            redis, settings.redis_wait_replicas, settings.redis_wait_timeout_ms
+        )
         sampler = asyncio.create_task(_sample_queues(engine_metrics, queue))
         yield
         sampler.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await sampler
+        await app[REPLICA_WAIT].aclose()
         await redis.aclose()
         await sse_redis.aclose()
         close = getattr(app[STORAGE], "close", None)

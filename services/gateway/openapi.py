@@ -15,7 +15,7 @@ _PROBLEM_CODES = [
     "image_too_large", "idempotency_key_reused", "rate_limited", "tenant_backlog_full",
     "overloaded",
     "internal_error", "endpoint_limit_reached", "endpoint_disabled", "too_many_streams",
-    "unavailable",
+    "unavailable", "not_replicated",
 ]  # fmt: skip
 
 

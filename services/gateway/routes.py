@@ -25,6 +25,7 @@ from splatq.services.gateway.app import (
     METRICS,
     QUEUE,
     REGISTRY_KEY,
+    REPLICA_WAIT,
     SETTINGS,
     SSE_QUEUE,
     STORAGE,
@@ -170,7 +171,27 @@ async def submit_job(request: web.Request) -> web.Response:
     )
     if created and idem_header and params.cache:
         await _claim_content(queue, content_key, job.id)
+    await _confirm_replicated(request, queue, job.id)
     return response
+
+
+async def _confirm_replicated(request: web.Request, queue: JobQueue, job_id: str) -> None:
+    """With SPLATQ_REDIS_WAIT_REPLICAS, a job is accepted only once that many replicas have
+    it (a failover then cannot lose it); otherwise 503, and the client's retry of the same
+    submission finds the same job (single-flight or its Idempotency-Key) and waits again."""
+    wait = request.app[REPLICA_WAIT]
+    if not wait.enabled:
+        return
+    acked = await wait.after_write(queue.keys.job(job_id), job_id=job_id)
+    if acked < wait.replicas:
+        request.app[METRICS].submissions.labels("not_replicated").inc()
+        raise ApiError(
+            503,
+            "not_replicated",
+            f"the job is stored but not yet on {wait.replicas} Redis replica(s); retry the"
+            " same request",
+            {"Retry-After": "1"},
+        )
 
 
 async def _validated_image(request: web.Request, tenant: str, data: bytes) -> ValidatedImage:

@@ -11,11 +11,11 @@ import signal
 import structlog
 from prometheus_client import start_http_server
 
-from splatq.shared.engine.queue import JobQueue
 from splatq.shared.engine.worker import HandlerFactory, Worker
 from splatq.shared.logs import configure_logging
 from splatq.shared.metrics import EngineMetrics
 from splatq.shared.redis.client import connect
+from splatq.shared.replicated_queue import open_queue
 from splatq.shared.settings import Settings
 
 log = structlog.get_logger("splatq.runner")
@@ -31,7 +31,7 @@ async def run_worker(settings: Settings, factory: HandlerFactory, service: str =
     if settings.metrics_port:
         start_http_server(settings.metrics_port)
     redis = connect(settings.redis_url, client_name=f"splatq-{service}")
-    queue = JobQueue(redis, settings)
+    queue = open_queue(redis, settings)  # JobQueue, or WAIT after commits (replicated_queue)
     worker = Worker(queue, settings, handler, metrics)
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
