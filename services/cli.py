@@ -14,6 +14,7 @@ from pathlib import Path
 from splatq.services.client_cli import add_commands, run_client_command
 from splatq.services.dlq_cli import add_commands as add_dlq_commands
 from splatq.services.dlq_cli import run_dlq_command
+from splatq.services.dlq_redriver.parser import add_commands as add_redriver_commands
 from splatq.services.stack import DEFAULT_REDIS_PORT, run_stack
 from splatq.shared.engine.worker import load_handler_factory
 from splatq.shared.settings import Settings, SettingsError
@@ -38,6 +39,7 @@ def _parser() -> argparse.ArgumentParser:
     sub.add_parser("dispatcher", help="run the webhook dispatcher")
     add_commands(sub)
     add_dlq_commands(sub)
+    add_redriver_commands(sub)
     d = sub.add_parser("demo", help="run the stack, reconstruct the bundled sample, verify")
     d.add_argument("--quality", choices=["preview", "full"], default="preview")
     d.add_argument("--out", default="out", help="where the artifacts go (default ./out)")
@@ -63,6 +65,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return run_client_command(args, settings)
     if args.command == "dlq":
         return run_dlq_command(args, settings)
+    if args.command in {"redriver", "tasks"}:
+        from splatq.services.dlq_redriver import commands as redriver  # noqa: PLC0415
+
+        if args.command == "redriver":
+            return redriver.run_redriver_command(args, settings)
+        return redriver.run_tasks_command(args, settings)
     commands: dict[str, Callable[[argparse.Namespace, Settings], int]] = {
         "up": _up,
         "demo": _demo,

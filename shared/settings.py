@@ -194,6 +194,14 @@ class Settings:
     # (raises the real torch.cuda.OutOfMemoryError beyond it); 0 = off. Tests, capacity drills.
     device_memory_budget_pixels: int = 0
 
+    # The DLQ redriver and scheduled maintenance (services/dlq_redriver/): its policies and
+    # schedules file (TOML; empty = the built-in defaults), how long a task run's lock lives
+    # without a renewal (a crashed holder's run is resumed after it), how often idle
+    # replicas look for claimable runs.
+    redriver_config: str = ""
+    task_lock_ttl_ms: int = 30_000
+    task_poll_ms: int = 1_000
+
     log_format: str = "auto"
     log_level: str = "info"
     metrics_port: int = 0
@@ -406,6 +414,9 @@ class Settings:
                 frozenset({"debug", "info", "warning", "error"}),
             ),
             metrics_port=_int(e, "SPLATQ_METRICS_PORT", d.metrics_port, 0),
+            redriver_config=e.get("SPLATQ_REDRIVER_CONFIG", "").strip(),
+            task_lock_ttl_ms=_int(e, "SPLATQ_TASK_LOCK_TTL_MS", d.task_lock_ttl_ms, 100),
+            task_poll_ms=_int(e, "SPLATQ_TASK_POLL_MS", d.task_poll_ms, 10),
         )
 
 

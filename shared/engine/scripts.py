@@ -67,6 +67,11 @@ class Script(StrEnum):
     WH_EP_GATE = "wh_ep_gate"
     WH_EP_HEALTH = "wh_ep_health"
     FLEET_TICK = "fleet_tick"
+    # Scheduled maintenance (shared/maintenance/) and the redriver's audit trail.
+    TASK_CLAIM = "task_claim"
+    TASK_RENEW = "task_renew"
+    TASK_FINISH = "task_finish"
+    DLQ_NOTE = "dlq_note"
 
     @property
     def replay_safe(self) -> bool:

@@ -4,7 +4,12 @@
 -- KEYS (one slot): 1 dead-letter stream, 2 job hash, 3 work stream, 4 events stream,
 --                  5 claim key (optional)
 -- ARGV: 1 dead-letter entry id, 2 stream_maxlen, 3 event_id, 4 events_maxlen,
---       5 queued event name, 6 claim_ttl_ms, 7 event extra JSON
+--       5 queued event name, 6 claim_ttl_ms, 7 event extra JSON,
+--       optional (the redriver and `splatq dlq`): 8 audit record (JSON array of field, value
+--       pairs: what, why, which policy or person), 9 audit ttl ms, 10 hint (JSON array of
+--       job field, value pairs, e.g. a smaller batch for a job that ran out of memory)
+-- The audit record goes to the job's audit trail `<job key>:audit`, a key derived from the
+-- declared job key by a suffix (same {pN} tag, same slot), in the same step as the redrive.
 -- Returns {'redriven', new entry id} | {'gone'} | {'not_redrivable', why}
 if #redis.call('XRANGE', KEYS[1], ARGV[1], ARGV[1]) == 0 then
   return {'gone'}
@@ -23,6 +28,9 @@ redis.call('HSET', KEYS[2], 'status', 'queued', 'stage', 'redriven', 'deliveries
   'updated_at_ms', now, 'cancel_requested', '0')
 redis.call('HDEL', KEYS[2], 'error_code', 'error_message', 'error_retryable', 'completed_at_ms')
 redis.call('HINCRBY', KEYS[2], 'redrives', 1)
+if ARGV[10] and ARGV[10] ~= '' then
+  redis.call('HSET', KEYS[2], unpack(cjson.decode(ARGV[10])))
+end
 redis.call('PERSIST', KEYS[2])
 backlog_add(KEYS[2], now)
 local entry_id = redis.call('XADD', KEYS[3], 'MAXLEN', '~', ARGV[2], '*',
@@ -36,4 +44,10 @@ if KEYS[5] then
 end
 emit(KEYS[4], ARGV[4], KEYS[2], ARGV[3], ARGV[5], ARGV[7])
 redis.call('XDEL', KEYS[1], ARGV[1])
+if ARGV[8] and ARGV[8] ~= '' then
+  local audit = KEYS[2] .. ':audit'
+  redis.call('XADD', audit, 'MAXLEN', '~', 100, '*', 'at_ms', now, 'entry', ARGV[1],
+    'new_entry', entry_id, unpack(cjson.decode(ARGV[8])))
+  redis.call('PEXPIRE', audit, ARGV[9])
+end
 return {'redriven', entry_id}
