@@ -124,16 +124,19 @@ class Api:
         except aiohttp.ClientError:
             return False
 
-    async def submit(self, n: int, webhook_url: str) -> tuple[int, str]:
-        """Submit a distinct image (`n` picks its size); (status, job id or error body)."""
+    async def submit(
+        self, n: int, webhook_url: str, metadata: dict[str, str] | None = None
+    ) -> tuple[int, str]:
+        """Submit a distinct image (`n` picks its size); (status, job id or error body). The
+        same `n` again is the same submission (single-flight: the same job)."""
         form = aiohttp.FormData()
         image = valid_png(16 + n % 97, 16 + n // 97)
         form.add_field("image", image, filename="x.png", content_type="image/png")
-        params = {"quality": "preview", "webhook_url": webhook_url}
+        params = {"quality": "preview", "webhook_url": webhook_url, "metadata": metadata or {}}
         form.add_field("params", orjson.dumps(params).decode(), content_type="application/json")
         async with self.http.post(f"{self.base}/v1/jobs", data=form, headers=AUTH) as resp:
             body = await resp.json()
-            return resp.status, str(body["id"]) if resp.status == 202 else str(body)
+            return resp.status, str(body["id"]) if resp.status in {200, 202} else str(body)
 
     async def call(self, method: str, path: str, **kw: Any) -> tuple[int, Any]:
         async with self.http.request(method, f"{self.base}{path}", headers=AUTH, **kw) as resp:

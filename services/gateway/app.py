@@ -17,7 +17,14 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 import structlog
 from aiohttp import web
 from prometheus_client import REGISTRY, CollectorRegistry
-from redis.exceptions import ClusterDownError, OutOfMemoryError, ReadOnlyError, TryAgainError
+from redis.exceptions import (
+    BusyLoadingError,
+    ClusterError,
+    OutOfMemoryError,
+    ReadOnlyError,
+    SlotNotCoveredError,
+    TryAgainError,
+)
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
@@ -59,10 +66,12 @@ UNAVAILABLE_RETRY_AFTER_S = 5
 UNAVAILABLE_ERRORS = (
     RedisConnectionError,
     RedisTimeoutError,
-    ClusterDownError,
+    ClusterError,  # ClusterDownError, MasterDownError, and "TTL exhausted" (redirects)
+    SlotNotCoveredError,  # a cluster client between slot maps (a failover)
     TryAgainError,
     ReadOnlyError,
     OutOfMemoryError,
+    BusyLoadingError,
     StorageUnavailable,
 )
 # nginx's "client closed request": counted, never as a server error.

@@ -51,7 +51,8 @@ from splatq.shared.engine.events import TERMINAL_EVENTS
 from splatq.shared.engine.ids import is_job_id, partition_of
 from splatq.shared.engine.jobs import QUALITY_STREAMS, JobRecord, JobSpec
 from splatq.shared.engine.keys import StreamName
-from splatq.shared.engine.queue import JobQueue
+from splatq.shared.engine.queue import EnqueueResult, JobQueue
+from splatq.shared.redis.retry import while_refused
 from splatq.shared.storage.store import ARTIFACTS, ObjectNotFound, artifact_key, input_key
 from splatq.shared.webhooks.store import WebhookStore
 
@@ -74,6 +75,8 @@ STREAMS_RETRY_AFTER_S = 5
 # A claim whose job failed or was canceled is no claim (see `_enqueue`); how many such
 # claims in a row a submission steps over before it gives up single-flight.
 MAX_STALE_CLAIM_HOPS = 3
+# How long a submission waits out a Redis refusal for now (TRYAGAIN, CLUSTERDOWN) before 503.
+ENQUEUE_RETRY_BUDGET_S = 3.0
 
 
 def add_routes(app: web.Application) -> None:
@@ -252,6 +255,19 @@ async def _claim_content(queue: JobQueue, content_key: str, job_id: str) -> None
     await queue.claim(content_key, job_id)
 
 
+async def _enqueue_once(
+    queue: JobQueue, spec: JobSpec, limit: int, tenant_limit: int
+) -> EnqueueResult:
+    """Enqueue, waiting out a refusal for now (a slot in migration answers TRYAGAIN until its
+    keys have moved; a failover, CLUSTERDOWN) for up to ENQUEUE_RETRY_BUDGET_S: the script
+    did not run, so sending it again is safe. Longer than that, the client gets 503."""
+    return await while_refused(
+        lambda: queue.enqueue(spec, max_backlog=limit, max_tenant_backlog=tenant_limit),
+        ENQUEUE_RETRY_BUDGET_S,
+        "enqueue",
+    )
+
+
 async def _enqueue(
     request: web.Request,
     queue: JobQueue,
@@ -274,7 +290,7 @@ async def _enqueue(
     # Store the input first: once the job is in the stream a worker may start it at once.
     # Inputs are content-addressed, so a repeat or a concurrent twin writes the same object.
     existed = not await storage.put_if_absent(spec.input_ref, submission.image)
-    result = await queue.enqueue(spec, max_backlog=limit, max_tenant_backlog=tenant_limit)
+    result = await _enqueue_once(queue, spec, limit, tenant_limit)
     job = result.job
     hops = 0
     while not keyed and not result.created and not result.overloaded:
@@ -291,7 +307,7 @@ async def _enqueue(
             spec = dataclasses.replace(
                 spec, idempotency_key=f"{spec.idempotency_key}|after:{result.job_id}"
             )
-        result = await queue.enqueue(spec, max_backlog=limit, max_tenant_backlog=tenant_limit)
+        result = await _enqueue_once(queue, spec, limit, tenant_limit)
         job = result.job
     if result.overloaded:
         if not existed:

@@ -33,6 +33,7 @@ from splatq.services.webhook_dispatcher.policy import (
 )
 from splatq.shared.engine.ids import is_job_id
 from splatq.shared.engine.queue import JobQueue
+from splatq.shared.redis.client import is_transient_reply
 from splatq.shared.webhooks.endpoints import Gate, Health
 from splatq.shared.webhooks.signing import signed_headers
 from splatq.shared.webhooks.ssrf import BlockedAddress, guarded_connector
@@ -52,6 +53,9 @@ BUSY_DEFER_MS = 200
 FIRST_LOOK_MS = 20
 MAX_BUSY_DEFER_MS = 600_000
 SNIPPET_BYTES = 512
+# Backoff of the fan-out and delivery loops after a failed round (Redis away).
+RETRY_MIN_S = 0.05
+RETRY_MAX_S = 1.0
 # What the delivery log and the dead letter say about an address the SSRF guard refused.
 BLOCKED_REASON = "blocked: private_address"
 
@@ -126,6 +130,7 @@ class Dispatcher:
     async def _fan_out_loop(self, partition: int) -> None:
         stream = self.queue.keys.events(partition)
         next_reclaim = 0.0
+        delay = RETRY_MIN_S
         while True:
             try:
                 entries: list[tuple[str, dict[str, str]]] = []
@@ -148,11 +153,12 @@ class Dispatcher:
                     entries.extend((eid, dict(f)) for eid, f in items)
                 if entries:
                     await self._fan_out(partition, entries)
+                delay = RETRY_MIN_S
             except asyncio.CancelledError:
                 raise
-            except Exception:
-                log.exception("dispatcher.fan_out_failed", partition=partition)
-                await asyncio.sleep(1)
+            except Exception as exc:
+                delay = await _pause_after(exc, "dispatcher.fan_out_failed", delay,
+                                           partition=partition, stream=stream)  # fmt: skip
 
     async def _fan_out(self, partition: int, entries: list[tuple[str, dict[str, str]]]) -> None:
         """Two round trips per batch: the jobs' webhook settings and the tenants' endpoint
@@ -203,6 +209,7 @@ class Dispatcher:
         # claim expires; then the message is simply due again (at-least-once).
         visibility_ms = int(self.settings.webhook_timeout_s * 2000) + 1000
         next_sample = 0.0
+        delay = RETRY_MIN_S
         while True:
             try:
                 found = 0
@@ -214,11 +221,11 @@ class Dispatcher:
                 if self.metrics is not None and time.monotonic() >= next_sample:
                     await self._sample()
                     next_sample = time.monotonic() + 5
+                delay = RETRY_MIN_S
             except asyncio.CancelledError:
                 raise
-            except Exception:
-                log.exception("dispatcher.deliver_loop_failed")
-                await asyncio.sleep(1)
+            except Exception as exc:
+                delay = await _pause_after(exc, "dispatcher.deliver_loop_failed", delay)
 
     async def _claim_and_send(
         self, http: aiohttp.ClientSession, partition: int, now_ms: int, visibility_ms: int
@@ -598,6 +605,20 @@ def _target_key(m: Message) -> str:
 def _tenant_key(m: Message) -> str:
     """What per-tenant shares count (kept apart from target keys in the shared tables)."""
     return "tenant:" + m.tenant
+
+
+async def _pause_after(exc: Exception, event: str, delay: float, **fields: Any) -> float:
+    """Log a failed loop round and wait before the next; returns the next wait. Redis being
+    briefly away (a failover, a restart, a slot in migration) is a warning without a
+    traceback and backs off from RETRY_MIN_S to RETRY_MAX_S; anything else is an error with
+    its traceback, retried after RETRY_MAX_S."""
+    if is_transient_reply(exc):
+        log.warning(event, error=repr(exc), retry_in_s=delay, redis_unavailable=True, **fields)
+        await asyncio.sleep(delay)
+        return min(delay * 2, RETRY_MAX_S)
+    log.exception(event, **fields)
+    await asyncio.sleep(RETRY_MAX_S)
+    return RETRY_MIN_S
 
 
 def _log_record_failure(done: asyncio.Future[Recorded]) -> None:

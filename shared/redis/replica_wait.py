@@ -9,6 +9,7 @@ replica that has the probe has every earlier write of that node.
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import structlog
@@ -22,6 +23,9 @@ from splatq.shared.engine.keys import replay_key
 log = structlog.get_logger("splatq.redis")
 PROBE_TTL_MS = 10_000
 NOT_CONFIRMED = -1
+# After a short WAIT, the same slot is only checked (WAIT with this timeout) for a while.
+SHORT_CHECK_MS = 5
+SHORT_MEMO_S = 1.0
 
 
 def probe_key(key: str) -> str:
@@ -39,6 +43,7 @@ class ReplicaWait:
         self.replicas = replicas
         self.timeout_ms = timeout_ms
         self._nodes: dict[tuple[str, int], Redis] = {}
+        self._short_until: dict[str, float] = {}  # slot tag -> until when (monotonic s)
 
     @property
     def enabled(self) -> bool:
@@ -48,27 +53,37 @@ class ReplicaWait:
         if not self.enabled:
             return self.replicas
         probe = probe_key(key)
+        slot = probe[probe.find("{") : probe.find("}") + 1]
+        # A node that came up short moments ago (a promoted primary whose replica is gone)
+        # is only checked, not waited for: otherwise every write to it would stall a full
+        # timeout until a replica is back. Its callers still hear "short".
+        short = self._short_until.get(slot, 0.0) > time.monotonic()
+        timeout_ms = SHORT_CHECK_MS if short else self.timeout_ms
         try:
-            acked = await self._wait_on(await self._client_for(probe), probe)
+            acked = await self._wait_on(await self._client_for(probe), probe, timeout_ms)
         except RedisError as exc:
             log.warning("redis.wait_failed", key=key, error=str(exc), **log_fields)
             return NOT_CONFIRMED
         if acked < self.replicas:
+            self._short_until[slot] = time.monotonic() + SHORT_MEMO_S
             log.warning("redis.wait_short", key=key, acked=acked, wanted=self.replicas,
-                        timeout_ms=self.timeout_ms, **log_fields)  # fmt: skip
+                        timeout_ms=timeout_ms, **log_fields)  # fmt: skip
+        else:
+            self._short_until.pop(slot, None)
         return acked
 
-    async def _wait_on(self, client: Redis, probe: str, redirects: int = 2) -> int:
+    async def _wait_on(self, client: Redis, probe: str, timeout_ms: int, redirects: int = 2) -> int:
         async with client.pipeline(transaction=False) as pipe:
             pipe.set(probe, "1", px=PROBE_TTL_MS)
-            pipe.wait(self.replicas, self.timeout_ms)
+            pipe.wait(self.replicas, timeout_ms)
             written, acked = await pipe.execute(raise_on_error=False)
         if isinstance(written, ResponseError) and str(written).startswith(("MOVED", "ASK")):
             # The slot moved (resharding, failover) since the cluster client's map was read.
             if redirects == 0:
                 raise written
             host, _, port = str(written).split()[-1].rpartition(":")
-            return await self._wait_on(self._node_client(host, int(port)), probe, redirects - 1)
+            node = self._node_client(host, int(port))
+            return await self._wait_on(node, probe, timeout_ms, redirects - 1)
         for reply in (written, acked):
             if isinstance(reply, Exception):
                 raise reply

@@ -4,6 +4,7 @@ policy lives in the dispatcher."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -15,12 +16,17 @@ from redis.exceptions import ResponseError
 from splatq.shared.engine.jobs import pairs_to_dict
 from splatq.shared.engine.queue import JOB_RETENTION_MS, DeadLetter, JobQueue, parse_dead_letter_id
 from splatq.shared.engine.scripts import Arg, Script, ScriptCall
+from splatq.shared.redis.client import is_transient_reply
 from splatq.shared.webhooks.endpoints import EndpointStore, Health
 from splatq.shared.webhooks.signing import generate_secret
 
 DISPATCHER_GROUP = "dispatcher"
 LOG_CAP = 200
 DLQ_INDEX_PAGE = 1_000
+# How long recording an attempt's result keeps resending through a failover or a migration
+# (the message stays claimed meanwhile; past this it becomes due again after its visibility
+# timeout and is sent once more).
+RECORD_RESEND_S = 10.0
 MESSAGE_FIELDS = ("event_id", "event_type", "job_id", "tenant", "url", "payload", "target",
                   "created_ms")  # fmt: skip
 
@@ -243,7 +249,7 @@ class WebhookStore:
             if r.health and r.message.endpoint_id:
                 outcomes.setdefault((r.message.tenant, r.message.endpoint_id), []).append(r.health)
         calls.extend(self.endpoints.health_call(t, e, o) for (t, e), o in outcomes.items())
-        replies = await self.queue.scripts.run_many(calls)
+        replies = await self._run_until_answered(calls, RECORD_RESEND_S)
         health: dict[tuple[str, str], Health] = {}
         for group, reply in zip(outcomes, replies[len(results) :], strict=True):
             if not isinstance(reply, Exception):
@@ -256,6 +262,25 @@ class WebhookStore:
                 group = (r.message.tenant, r.message.endpoint_id)
                 out.append(Recorded(str(status), health.get(group) if r.health else None))
         return out
+
+    async def _run_until_answered(self, calls: Sequence[ScriptCall], budget_s: float) -> list[Any]:
+        """run_many, resending the very same calls (same request ids: the replay memo
+        answers any that ran) whose result was a lost connection or a 'not now' reply (a
+        failover, a slot in migration), with backoff, for up to `budget_s`."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + budget_s
+        replies = await self.queue.scripts.run_many(calls, resend_for_s=budget_s)
+        delay = 0.05
+        while True:
+            again = [i for i, r in enumerate(replies) if isinstance(r, Exception)
+                     and is_transient_reply(r)]  # fmt: skip
+            if not again or loop.time() + delay > deadline:
+                return replies
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 1.0)
+            resent = await self.queue.scripts.run_many([calls[i] for i in again])
+            for i, reply in zip(again, resent, strict=True):
+                replies[i] = reply
 
     # -- dead letters (operators) ----------------------------------------------------------
 

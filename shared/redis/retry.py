@@ -1,0 +1,36 @@
+"""Retry a Redis call that was refused for now (TRYAGAIN during a slot migration, redirects
+past redis-py's limit, CLUSTERDOWN or READONLY during a failover, LOADING, OOM), within a time
+budget: for callers that would rather wait a moment than fail. Only error replies are retried:
+they mean the command did not run, so a resend cannot do anything twice."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
+
+import structlog
+
+from splatq.shared.redis.client import is_refused_for_now
+
+T = TypeVar("T")
+log = structlog.get_logger("splatq.redis")
+FIRST_DELAY_S = 0.05
+MAX_DELAY_S = 0.5
+
+
+async def while_refused(call: Callable[[], Awaitable[T]], budget_s: float, what: str) -> T:
+    """`call()`, again after a backoff while it raises a transient error reply, until
+    `budget_s` has passed; then the last error is raised."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + budget_s
+    delay = FIRST_DELAY_S
+    while True:
+        try:
+            return await call()
+        except Exception as exc:
+            if not is_refused_for_now(exc) or loop.time() + delay > deadline:
+                raise
+            log.info("redis.retrying", what=what, error=repr(exc), retry_in_s=delay)
+        await asyncio.sleep(delay)
+        delay = min(delay * 2, MAX_DELAY_S)
