@@ -64,6 +64,7 @@ async def dead_letter_jobs(queue: JobQueue, redis: Redis, job_ids: list[str] | N
     then dies with its last allowed charge: the reaper dead-letters every one."""
     if job_ids is None:
         job_ids = [(await queue.enqueue(spec(order=f"P-{i}"))).job_id for i in range(count)]
+    await queue.fleet_tick([0])  # a live fleet: the lapse is a death, not an outage
     taken = await queue.take(0, {StreamName.INTERACTIVE: len(job_ids)}, len(job_ids), "doomed")
     assert sorted(t.job.id for t in taken if t.job) == sorted(job_ids), taken
     pipe = redis.pipeline(transaction=False)
@@ -74,6 +75,7 @@ async def dead_letter_jobs(queue: JobQueue, redis: Redis, job_ids: list[str] | N
     reaper = Reaper(queue, "reaper", 0.0)
 
     async def all_dead() -> bool:
+        await queue.fleet_tick([0])  # other workers stay alive and tick the fleet clock
         await reaper.reap_stale_entries(0, StreamName.INTERACTIVE, len(job_ids))
         jobs = [await queue.get(j) for j in job_ids]
         return all(j is not None and j.status == "failed" for j in jobs)
