@@ -1,7 +1,9 @@
 """`splatq dlq list | show | redrive | purge`: operate the dead-letter streams of jobs
 (`--kind jobs`, the default) and of webhook messages (`--kind webhooks`).
 
-Talks to Redis directly (SPLATQ_REDIS_URL), through `JobQueue` / `WebhookStore`. Exit codes:
+Talks to Redis directly (SPLATQ_REDIS_URL), through `JobQueue` / `WebhookStore`. Redrives and
+purges are recorded in the entry's audit trail as done by a person (`--as NAME`, else the
+login), in the same script as the action; `show` prints the trail. Exit codes:
 0 done, 1 nothing matched, 3 some entries could not be redriven/purged (or a bad id),
 78 configuration.
 """
@@ -17,6 +19,9 @@ from typing import Any, Protocol
 import orjson
 
 from splatq.shared.engine.queue import DeadLetter, JobQueue
+from splatq.shared.maintenance.audit import AuditAction, AuditRecord, person_actor
+from splatq.shared.maintenance.deadletters import DeadLetterBook
+from splatq.shared.maintenance.keys import DeadLetterKind
 from splatq.shared.redis.client import connect
 from splatq.shared.settings import Settings
 from splatq.shared.webhooks.store import WebhookStore
@@ -37,6 +42,7 @@ def add_commands(sub: Any) -> None:
         p.add_argument("ids", nargs="*", help="<partition>/<entry id> ...")
         p.add_argument("--all", action="store_true", help="every entry matching the filters")
         p.add_argument("--dry-run", action="store_true", help="say what would happen, do nothing")
+        p.add_argument("--as", dest="actor", default="", help="who acts (for the audit trail)")
     for p in verbs.choices.values():
         p.add_argument("--kind", choices=["jobs", "webhooks"], default="jobs")
     for p in (lst, *(verbs.choices[n] for n in ("redrive", "purge"))):
@@ -96,6 +102,7 @@ async def _run(args: argparse.Namespace, settings: Settings, since_ms: int | Non
     redis = connect(settings.redis_url, client_name="splatq-dlq")
     jobs = JobQueue(redis, settings)
     queue: DeadLetters = WebhookStore(jobs) if args.kind == "webhooks" else jobs
+    audited = _Audited(DeadLetterBook(jobs), DeadLetterKind(args.kind), args)
     try:
         await jobs.scripts.load()
         if args.dlq_command == "show":
@@ -107,14 +114,16 @@ async def _run(args: argparse.Namespace, settings: Settings, since_ms: int | Non
             if letter is None:
                 print(f"splatq dlq: no entry {args.id}", file=sys.stderr)
                 return EXIT_NONE
-            print(orjson.dumps(_describe(letter), option=orjson.OPT_INDENT_2).decode())
+            described = _describe(letter)
+            described["audit"] = await audited.book.audit_trail(audited.kind, letter)
+            print(orjson.dumps(described, option=orjson.OPT_INDENT_2).decode())
             return EXIT_OK
         letters = await _select(queue, args, since_ms, settings.partitions)
         if letters is None:
             return EXIT_REFUSED
         if args.dlq_command == "list":
             return _print_list(letters, args.json)
-        return await _act(queue, args, letters)
+        return await _act(audited, args, letters)
     finally:
         await redis.aclose()
 
@@ -155,7 +164,35 @@ def _print_list(letters: list[DeadLetter], as_json: bool) -> int:
     return EXIT_OK if letters else EXIT_NONE
 
 
-async def _act(queue: DeadLetters, args: argparse.Namespace, letters: list[DeadLetter]) -> int:
+class _Audited:
+    """Redrive and purge through the scripts that also write the audit record."""
+
+    def __init__(self, book: DeadLetterBook, kind: DeadLetterKind, args: argparse.Namespace):
+        self.book = book
+        self.kind = kind
+        self.actor = person_actor(getattr(args, "actor", ""))
+
+    def _record(self, action: AuditAction, letter: DeadLetter) -> AuditRecord:
+        why = f"splatq dlq {'redrive' if action is AuditAction.REDRIVEN else 'purge'}"
+        return AuditRecord(action, why, self.kind.value, self.actor, letter.reason)
+
+    async def redrive(self, letter: DeadLetter) -> tuple[str, str]:
+        [subject] = await self.book.subjects(self.kind, [letter])
+        if not subject.subject:
+            return "not_redrivable", f"entry has no job of this partition ({letter.reason})"
+        if not subject.fields and self.kind is DeadLetterKind.JOBS:
+            return "not_redrivable", "no job record"
+        call = self.book.redrive_call(subject, self._record(AuditAction.REDRIVEN, letter))
+        [outcome] = await self.book.redrive_many([(subject, call)])
+        return outcome
+
+    async def purge_dead_letter(self, letter: DeadLetter) -> bool:
+        [subject] = await self.book.subjects(self.kind, [letter])
+        record = self._record(AuditAction.PURGED, letter)
+        return await self.book.note(subject, record, purge=True) == "purged"
+
+
+async def _act(queue: _Audited, args: argparse.Namespace, letters: list[DeadLetter]) -> int:
     results: list[dict[str, Any]] = []
     refused = 0
     for letter in letters:

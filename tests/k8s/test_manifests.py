@@ -29,6 +29,7 @@ from splatq.services.gpu_worker.metrics import GpuMetrics
 from splatq.services.gpu_worker.oom import CUDA_OUT_OF_MEMORY
 from splatq.services.webhook_dispatcher.metrics import DispatcherMetrics
 from splatq.shared.engine.keys import STREAMS, KeySchema
+from splatq.shared.maintenance.metrics import RedriverMetrics
 from splatq.shared.metrics import EngineMetrics
 from splatq.shared.settings import Settings
 
@@ -41,6 +42,7 @@ WORKER = BASE / "worker-deployment.yaml"
 GATEWAY = BASE / "gateway-deployment.yaml"
 GATEWAY_SERVICE = BASE / "gateway-service.yaml"
 DISPATCHER = BASE / "dispatcher-deployment.yaml"
+REDRIVER = BASE / "redriver-deployment.yaml"
 PODMONITOR = BASE / "podmonitor.yaml"
 GPU_PATCH = K8S / "overlays" / "gpu" / "worker-gpu-patch.yaml"
 KEDA = K8S / "autoscaling" / "keda-scaledobject.yaml"
@@ -48,7 +50,7 @@ RULES = K8S / "monitoring" / "prometheusrule.yaml"
 DASHBOARD = K8S / "monitoring" / "grafana-dashboard.json"
 OPERATIONS_DOC = REPO_ROOT / "docs" / "operations.md"
 PROMTOOL_TESTS = Path(__file__).with_name("alerts.promtool.yaml")
-DEPLOYMENTS = (WORKER, GATEWAY, DISPATCHER)
+DEPLOYMENTS = (WORKER, GATEWAY, DISPATCHER, REDRIVER)
 PROMTOOL = shutil.which("promtool")
 
 YAML_FILES = sorted(p for p in K8S.rglob("*") if p.suffix in {".yaml", ".yml"})
@@ -72,6 +74,11 @@ RUNBOOK_ANCHORS = {
     "webhook-circuits-open",
     "redis-error-replies",
     "sse-streams-refused",
+    "redriver",
+    "scheduled-tasks",
+    "dead-letters-waiting",
+    "expired-leases",
+    "stream-bounds",
 }
 REQUIRED_ALERTS = {
     "SplatqStreamEntriesLost",
@@ -92,6 +99,12 @@ REQUIRED_ALERTS = {
     "SplatqWebhookCircuitsOpen",
     "SplatqRedisErrorReplies",
     "SplatqSseStreamsRefused",
+    "SplatqTaskNotSucceeding",
+    "SplatqRedriverDown",
+    "SplatqDeadLettersWaiting",
+    "SplatqRedrivesFailing",
+    "SplatqExpiredLeasesUnreclaimed",
+    "SplatqStreamNearBound",
 }
 # The webhook endpoint and circuit breaker settings (variable -> Settings field).
 WEBHOOK_ENDPOINT_SETTINGS = {
@@ -247,7 +260,7 @@ def exposed_sample_names(registry: CollectorRegistry) -> set[str]:
     return names
 
 
-METRIC_CLASSES = (EngineMetrics, GatewayMetrics, GpuMetrics, DispatcherMetrics)
+METRIC_CLASSES = (EngineMetrics, GatewayMetrics, GpuMetrics, DispatcherMetrics, RedriverMetrics)
 
 
 def metric_registries() -> list[CollectorRegistry]:
@@ -327,6 +340,7 @@ def test_manifest_tree_is_complete() -> None:
         GATEWAY,
         GATEWAY_SERVICE,
         DISPATCHER,
+        REDRIVER,
         PODMONITOR,
         K8S / "overlays" / "gpu" / "kustomization.yaml",
         GPU_PATCH,
@@ -374,7 +388,7 @@ def test_base_applies_every_manifest_but_the_secret_example() -> None:
     assert SECRET_EXAMPLE.name not in resources
     manifests = {p.name for p in BASE.glob("*.yaml")} - {"kustomization.yaml", SECRET_EXAMPLE.name}
     assert manifests == resources
-    assert {GATEWAY.name, GATEWAY_SERVICE.name, DISPATCHER.name} <= resources
+    assert {GATEWAY.name, GATEWAY_SERVICE.name, DISPATCHER.name, REDRIVER.name} <= resources
 
 
 def test_base_object_names_are_unique_per_kind() -> None:
@@ -964,6 +978,7 @@ def test_promtool_alert_unit_tests(tmp_path: Path) -> None:
     assert tested >= {"SplatqGatewayErrors", "SplatqGatewaySlow", "SplatqGpuOutOfMemory"}
     assert tested >= {"SplatqRedisErrorReplies", "SplatqSseStreamsRefused"}
     assert tested >= {a for a in REQUIRED_ALERTS if a.startswith("SplatqWebhook")}
+    assert "SplatqTaskNotSucceeding" in tested  # the dead man's switch of scheduled tasks
     run_promtool("test", "rules", "tests.yaml", cwd=tmp_path)
 
 
