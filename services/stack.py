@@ -32,11 +32,12 @@ class ServiceSpec:
 
 
 def services_to_run(settings: Settings) -> list[ServiceSpec]:
-    """The services that exist so far; later issues add the gateway, dispatcher, redriver."""
+    """One process of each service: gateway, worker, webhook dispatcher, DLQ redriver."""
     return [
         ServiceSpec("gateway", (sys.executable, "-m", "splatq.services.cli", "gateway")),
         ServiceSpec("worker", (sys.executable, "-m", "splatq.services.cli", "worker")),
         ServiceSpec("dispatcher", (sys.executable, "-m", "splatq.services.cli", "dispatcher")),
+        ServiceSpec("redriver", (sys.executable, "-m", "splatq.services.cli", "redriver")),
     ]
 
 

@@ -134,7 +134,7 @@ async def test_splatq_up_sigkilled_takes_its_redis_and_services_with_it(tmp_path
         redis_pid = await _server_pid(port)
 
         async def services_started() -> bool:
-            return log_path.read_text().count('"service.started"') == 3
+            return log_path.read_text().count('"service.started"') == 4
 
         await wait_until(services_started, timeout_s=30)
         children = [

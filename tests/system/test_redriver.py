@@ -4,20 +4,23 @@ replica once the lock's TTL has passed, redriving nothing twice."""
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import signal
+import sys
 import time
 from pathlib import Path
 
+import orjson
 import pytest
 from redis.asyncio import Redis
 
 from splatq.shared.engine.queue import JobQueue
 from splatq.shared.maintenance.keys import MaintenanceKeys
 from splatq.shared.redis.server import RedisServer
-from tests.conftest import wait_until
+from tests.conftest import REPO_ROOT, wait_until
 from tests.maintenance.helpers import audit_actions, dead_letter_jobs, write_config
-from tests.system.conftest import SpawnService
+from tests.system.conftest import SpawnService, worker_env
 
 pytestmark = pytest.mark.slow
 EVERY_SECOND = """
@@ -98,3 +101,38 @@ async def test_a_run_killed_mid_sweep_resumes_from_its_checkpoint(
     for job_id in job_ids:  # each redriven exactly once, and it says so
         assert await redis.hget(queue.keys.job(job_id), "redrives") == "1", job_id
         assert await audit_actions(redis, queue, job_id) == ["redriven"], job_id
+
+
+async def test_dry_run_and_a_persons_redrive_show_in_the_audit_trail(
+    redis: Redis, queue: JobQueue, redis_server: RedisServer, tmp_path: Path
+) -> None:
+    [job_id] = await dead_letter_jobs(queue, redis)
+    config = write_config(tmp_path / "p.toml", budget=1)
+    url = redis_server.url
+    env = {"SPLATQ_REDRIVER_CONFIG": str(config)}
+    code, out, err = await splatq(url, env, "redriver", "--dry-run", "--json")
+    assert code == 0, err
+    [row] = orjson.loads(out)
+    assert (row["verdict"], row["policy"]) == ("redrive", "poison-retry")
+    assert await redis.xlen(queue.keys.dead_letters(0)) == 1  # a dry run does nothing
+    code, _, err = await splatq(url, env, "dlq", "redrive", row["id"], "--as", "alice")
+    assert code == 0, err
+    await dead_letter_jobs(queue, redis, [job_id])
+    [(entry_id, _)] = await redis.xrange(queue.keys.dead_letters(0))
+    code, out, err = await splatq(url, env, "dlq", "show", f"0/{entry_id}", "--json")
+    assert code == 0, err
+    [audit] = orjson.loads(out)["audit"]
+    assert (audit["action"], audit["actor"]) == ("redriven", "person:alice")
+    code, out, _ = await splatq(url, env, "redriver", "--dry-run", "--json")
+    assert orjson.loads(out)[0]["verdict"] == "exhausted"  # alice's redrive spent the budget
+
+
+async def splatq(redis_url: str, env: dict[str, str], *args: str) -> tuple[int, str, str]:
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "splatq.services.cli", *args,
+        cwd=REPO_ROOT, env=worker_env(redis_url, **env),
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    out, err = await asyncio.wait_for(proc.communicate(), timeout=60)
+    assert proc.returncode is not None
+    return proc.returncode, out.decode(), err.decode()
