@@ -28,6 +28,8 @@ class EngineMetrics:
     lost_entries: Gauge
     deliveries: Counter
     reclaims: Counter
+    lease_lapses: Counter
+    delivery_charge: Histogram
     dead_letters: Counter
     lease_renewal_failures: Counter
     error_replies: Counter
@@ -101,6 +103,22 @@ class EngineMetrics:
                 "splatq_reclaims_total",
                 "Entries taken over by the reaper, by outcome",
                 ["stream", "outcome"],
+                registry=registry,
+            ),
+            lease_lapses=Counter(
+                "splatq_lease_lapses_total",
+                "Leases found lapsed by a reaper, by cause: worker_death (charged 1/k to each of "
+                "its k jobs), mass_death (several workers at once: charged nothing), "
+                "redis_outage (within the fleet's outage credit: the holder keeps the job), "
+                "stale (an entry whose job was not running)",
+                ["stream", "cause"],
+                registry=registry,
+            ),
+            delivery_charge=Histogram(
+                "splatq_delivery_charge",
+                "A job's delivery charge after a worker death (dead-lettered at "
+                "SPLATQ_MAX_DELIVERIES)",
+                buckets=(0.1, 0.25, 0.5, 1, 2, 3, 4, 5, 8),
                 registry=registry,
             ),
             dead_letters=Counter(

@@ -25,7 +25,7 @@ def runs_key(job_id: str) -> str:
 class BehaviourHandler:
     """metadata keys: sleep_s (async, with progress every 0.1 s), block_s (blocking work in a
     thread), fail ('permanent' | 'transient' | 'transient_once'), crash (SIGKILL own process),
-    crash_after_s (SIGKILL after sleeping)."""
+    crash_after_s (SIGKILL after sleeping), first_sleep_s (sleep on the first attempt only)."""
 
     async def __call__(self, ctx: JobContext) -> JobOutcome:
         meta: dict[str, Any] = dict(ctx.job.metadata)
@@ -37,6 +37,8 @@ class BehaviourHandler:
             raise PermanentError("input is corrupt", code="INPUT_CORRUPT")
         if fail == "transient" or (fail == "transient_once" and ctx.attempt == 1):
             raise TransientError("storage timed out", code="STORAGE_TIMEOUT")
+        if "first_sleep_s" in meta and ctx.attempt == 1:
+            await asyncio.sleep(float(meta["first_sleep_s"]))
         if "block_s" in meta:
             await ctx.run_blocking(time.sleep, float(meta["block_s"]))
         sleep_s = float(meta.get("sleep_s", 0))

@@ -121,6 +121,11 @@ class KeySchema:
         nobody could (outages and stalls; leases are not charged for it)."""
         return f"{self.tag(partition)}:fleet"
 
+    def workers(self, partition: int) -> str:
+        """Each worker's last contact with the partition (a sorted set, written by its fleet
+        tick): reclaim.lua tells a mass death from a poison job with it."""
+        return f"{self.tag(partition)}:workers"
+
     def alarm_counter(self, partition: int) -> str:
         """Counts stream entries lost to trimming (XAUTOCLAIM's deleted ids)."""
         return f"{self.tag(partition)}:alarm:lost_entries"

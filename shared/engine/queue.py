@@ -631,16 +631,19 @@ class JobQueue:
             if isinstance(reply, Exception):  # this entry alone; it stays pending
                 out.append(("error", f"{type(reply).__name__}: {reply}"))
             else:
-                out.append((str(reply[0]), str(reply[1]) if len(reply) > 1 else ""))
+                out.append((str(reply[0]), " ".join(str(part) for part in reply[1:])))
         return out
 
-    async def fleet_tick(self, partitions: Sequence[int]) -> None:
-        """Tell the fleet clock of each partition that this worker reached Redis (one round
-        trip for all). An error reply for one partition leaves its clock for the next tick."""
+    async def fleet_tick(self, partitions: Sequence[int], consumer: str = "") -> None:
+        """Tell the fleet clock of each partition that this worker (`consumer`) reached Redis
+        (one round trip for all). An error reply for one partition leaves its clock for the
+        next tick."""
         await self.scripts.run_many(
             [
                 ScriptCall(
-                    Script.FLEET_TICK, [self.keys.fleet(p)], [self.settings.fleet_allowance_ms]
+                    Script.FLEET_TICK,
+                    [self.keys.fleet(p)],
+                    [self.settings.fleet_allowance_ms, consumer],
                 )
                 for p in partitions
             ]

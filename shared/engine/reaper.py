@@ -84,15 +84,17 @@ class Reaper:
         taken: list[StreamEntry] = []
         outcomes = await self.queue.reclaim_many(valid)
         for entry, (outcome, detail) in zip(valid, outcomes, strict=True):
-            if self.metrics is not None:
-                self.metrics.reclaims.labels(entry.stream.value, outcome).inc()
+            self._count(entry, outcome, detail)
             if outcome == "take":
                 taken.append(entry)
+                cause, _, charge = detail.partition(" ")
                 log.warning(
                     "job.reclaimed",
                     job_id=entry.fields["job"],
                     stream=entry.stream.value,
                     entry_id=entry.entry_id,
+                    cause=cause,
+                    charge=charge,
                 )
             elif outcome == "outage_grace":
                 # The lease key lapsed during time nobody could reach Redis: not the holder's
@@ -104,10 +106,6 @@ class Reaper:
                     grace_ms=detail,
                 )
             elif outcome == "dead_lettered":
-                if self.metrics is not None:
-                    self.metrics.dead_letters.labels(
-                        entry.stream.value, "max_deliveries_exceeded"
-                    ).inc()
                 log.error(
                     "job.dead_lettered",
                     job_id=entry.fields["job"],
@@ -118,6 +116,23 @@ class Reaper:
             elif outcome == "unknown":
                 await self.dead_letter_entry(entry, UNKNOWN_JOB, "no job record for this entry")
         return taken
+
+    def _count(self, entry: StreamEntry, outcome: str, detail: str) -> None:
+        """Metrics of one reclaim decision: its outcome, the lapse's cause (see reclaim.lua)
+        and the job's delivery charge after a death."""
+        if self.metrics is None:
+            return
+        stream = entry.stream.value
+        self.metrics.reclaims.labels(stream, outcome).inc()
+        if outcome == "take":
+            cause, _, charge = detail.partition(" ")
+            self.metrics.lease_lapses.labels(stream, cause).inc()
+            if cause != "stale":
+                self.metrics.delivery_charge.observe(float(charge or 0))
+        elif outcome == "outage_grace":
+            self.metrics.lease_lapses.labels(stream, "redis_outage").inc()
+        elif outcome == "dead_lettered":
+            self.metrics.dead_letters.labels(stream, "max_deliveries_exceeded").inc()
 
     async def dead_letter_entry(self, entry: StreamEntry, reason: str, detail: str) -> None:
         """Move an entry nobody can process to the dead-letter stream, counted and logged

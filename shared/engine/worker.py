@@ -806,7 +806,7 @@ class Worker:
         while True:
             # Unreachable Redis is the point of the clock: nothing to do until it answers.
             with contextlib.suppress(*REDIS_ERRORS):
-                await self.queue.fleet_tick(self.partitions)
+                await self.queue.fleet_tick(self.partitions, self.consumer)
             await asyncio.sleep(interval)
 
     async def _maintenance_loop(self) -> None:

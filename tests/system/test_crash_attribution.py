@@ -87,3 +87,38 @@ async def test_a_poison_job_alone_at_each_death_is_dead_lettered_beside_healthy_
         assert done is not None
         assert done.status.value == "completed", done.error
         assert done.delivery_charge == 0
+
+
+async def test_workers_dying_together_charge_their_jobs_nothing_past_the_first_death(
+    queue: JobQueue, redis: Redis, redis_server: RedisServer, spawn_worker: SpawnWorker
+) -> None:
+    """Two workers holding two jobs each are SIGKILLed at the same instant (a node drain, a
+    spot reclaim): a mass death is not evidence against any one job. Every interrupted job is
+    logged as `mass` and charged nothing (2.0 in all without the rule)."""
+    two_slots = {"SPLATQ_WORKER_CONCURRENCY": "2"}
+    victims = [spawn_worker(redis_server.url, **two_slots) for _ in range(2)]
+    ids = [(await queue.enqueue(spec(first_sleep_s=60))).job_id for _ in range(4)]
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + 90
+    while True:  # every job running on a victim
+        jobs = [await queue.get(i) for i in ids]
+        if all(j is not None and j.status.value == "processing" for j in jobs):
+            break
+        assert loop.time() < deadline, "the victims did not start the jobs"
+        await asyncio.sleep(0.1)
+    holders = {await redis.hget(queue.keys.job(i), "worker") for i in ids}
+    assert len(holders) == 2
+    survivor = spawn_worker(redis_server.url, SPLATQ_WORKER_CONCURRENCY="8")
+    while await redis.zcard(queue.keys.workers(0)) < 3:  # the survivor ticks the fleet clock
+        assert loop.time() < deadline, "the survivor did not join"
+        await asyncio.sleep(0.1)
+    for v in victims:
+        v.send_signal(signal.SIGKILL)
+    for v in victims:
+        v.wait(timeout=10)
+    done = [await wait_for_status(queue, i, {"completed"}, timeout_s=60) for i in ids]
+    assert survivor.poll() is None
+    assert all(j.deliveries == 2 for j in done)
+    lapses = [await redis.hget(queue.keys.job(i), "lapses") for i in ids]
+    assert all(entry and entry.endswith(" 2 mass+1;") for entry in lapses), lapses
+    assert [j.delivery_charge for j in done] == [0, 0, 0, 0]

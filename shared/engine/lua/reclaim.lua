@@ -7,8 +7,11 @@
 --       7 failed event name, 8 retention_ms, 9 claim_ttl_ms, 10 stream name,
 --       11 fleet allowance ms (a gap in contact longer than this is an outage),
 --       12 hard cap on deliveries (dead-letters whatever the charge)
---   Also ticks `<tag>:fleet` (the job key's own tag: the same slot).
--- Returns {'take'} (this worker now owns it and must start it) | {'alive'} (handed back to
+--   Also ticks `<tag>:fleet` and reads `<tag>:workers` (the job key's own tag: the same
+--   slot).
+-- Returns {'take', cause, charge} (this worker now owns it and must start it; cause:
+-- 'worker_death' | 'mass_death' | 'stale': an entry whose job was not processing) |
+-- {'alive'} (handed back to
 -- the lease holder) | {'outage_grace', ms} (the lease key lapsed, but within outage time:
 -- handed back to its holder, who renews it) | {'skip', status} | {'stale'} | {'unknown'} |
 -- {'dead_lettered', deliveries}
@@ -56,10 +59,37 @@ end
 local max_charge = tonumber(ARGV[3])
 local charge = tonumber(st[9]) or 0
 local lapses = st[10] or ''
+-- A mass death -- other workers fell silent in the same period (a node drained, a spot
+-- reclaim, the OOM killer taking several pods, a chaos drill) -- is not evidence against this
+-- job: it is charged nothing. Every worker records its last contact in `<tag>:workers` (see
+-- fleet_tick.lua), busy or idle; this job's worker went silent about when its lease was last
+-- renewed (`lease_until_ms` - TTL). Another worker counts when it has been silent for half a
+-- lease TTL (live ones tick every TTL/6), fell silent within two TTLs of this one, and never ran this job (its name is not in the
+-- job's own lapse log): a poison job's deaths are all deaths of workers that ran it, so they
+-- never discount each other, and it is charged in full while the fleet around it stays alive.
+-- The cost: a poison job that lapses while unrelated workers also die is discounted, and is
+-- stopped by the hard cap on deliveries (SPLATQ_MAX_DELIVERIES x 3) instead.
+local cause = 'stale'
 if status == 'processing' then
   local k = math.max(1, tonumber(st[11]) or 1)
-  charge = charge + 1 / k
-  lapses = lapses .. now .. ' ' .. (worker or '?') .. ' ' .. k .. ';'
+  local ttl = 2 * tonumber(ARGV[11])  -- the allowance is half a lease TTL
+  local died = (tonumber(st[7]) or now) - ttl
+  local others = 0
+  local silent = redis.call('ZRANGEBYSCORE', key_tag(KEYS[1]) .. ':workers',
+    died - 2 * ttl, math.min(died + 2 * ttl, now - tonumber(ARGV[11])))
+  for _, w in ipairs(silent) do
+    if w ~= worker and not string.find(lapses, ' ' .. w .. ' ', 1, true) then
+      others = others + 1
+    end
+  end
+  if others > 0 then
+    cause = 'mass_death'
+    lapses = lapses .. now .. ' ' .. (worker or '?') .. ' ' .. k .. ' mass+' .. others .. ';'
+  else
+    cause = 'worker_death'
+    charge = charge + 1 / k
+    lapses = lapses .. now .. ' ' .. (worker or '?') .. ' ' .. k .. ';'
+  end
   -- only the last eight deaths are kept
   local _, count = string.gsub(lapses, ';', '')
   while count > 8 do
@@ -96,4 +126,4 @@ if status == 'processing' then
     'delivery_charge', string.format('%.4f', charge), 'lapses', lapses)
   redis.call('HINCRBY', KEYS[1], 'reclaims', 1)
 end
-return {'take'}
+return {'take', cause, string.format('%.4f', charge)}
