@@ -747,8 +747,12 @@ class Worker:
     async def _heartbeat_loop(self) -> None:
         interval = self.settings.heartbeat_interval_s
         ttl_s = self.settings.lease_ttl_ms / 1000
+        # After a failed renewal the next one comes sooner: the first renewal once Redis is
+        # back is what keeps the jobs (reclaim.lua grants a lease TTL after an outage ends).
+        pause = interval
         while True:
-            await asyncio.sleep(interval)
+            await asyncio.sleep(pause)
+            pause = interval
             running = list(self._running.values())
             if not running:
                 continue
@@ -770,6 +774,7 @@ class Worker:
                     jobs=len(running),
                     unconfirmed=sum(now - r.renewed_at > ttl_s for r in running),
                 )
+                pause = min(interval, 0.1)
                 continue
             now = time.monotonic()
             for r, reply in zip(running, replies, strict=True):

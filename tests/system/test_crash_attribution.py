@@ -48,7 +48,8 @@ async def test_workers_killed_again_and_again_dead_letter_no_healthy_job(
     assert kills >= 3  # the fleet really was killed repeatedly
     jobs = [await queue.get(i) for i in ids]
     failed = [j for j in jobs if j is not None and j.status.value != "completed"]
-    assert failed == [], [(j.id, j.error) for j in failed]
+    lapses = [await redis.hget(queue.keys.job(j.id), "lapses") for j in failed]
+    assert failed == [], [(j.id, j.error, lapses) for j in failed]
     assert max(j.deliveries for j in jobs if j is not None) > 1  # deaths did interrupt jobs
 
 

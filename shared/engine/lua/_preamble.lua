@@ -95,13 +95,14 @@ end
 -- lease TTL, and so does every reclaim. A gap longer than `allowance_ms` since the last
 -- contact means no worker could reach Redis -- an outage, a stall, a failover (or the whole
 -- fleet was down) -- and the whole gap is credited: leases do not lapse for time in which
--- their holders could not possibly renew them. Returns the outage total after this tick.
+-- their holders could not possibly renew them. `outage_end_ms` records when the last outage
+-- was seen to end (see reclaim.lua). Returns the outage total after this tick.
 local function fleet_tick(fleet_key, now, allowance_ms)
   local f = redis.call('HMGET', fleet_key, 'tick_ms', 'outage_ms')
   local last, outage = tonumber(f[1]), tonumber(f[2]) or 0
   if last and now - last > allowance_ms then
     outage = outage + (now - last)
-    redis.call('HSET', fleet_key, 'tick_ms', now, 'outage_ms', outage)
+    redis.call('HSET', fleet_key, 'tick_ms', now, 'outage_ms', outage, 'outage_end_ms', now)
   else
     redis.call('HSET', fleet_key, 'tick_ms', now)
   end

@@ -46,6 +46,12 @@ if status == 'processing' and worker and worker ~= '' then
   -- re-takes the lease) once it can, and the job is committed once, by the run that ran it.
   local credit = outage - (tonumber(st[8]) or outage)
   local deadline = (tonumber(st[7]) or 0) + credit
+  if credit > 0 then
+    -- ...and after an outage the holder gets at least a full lease TTL of reachable time to
+    -- renew: it is reconnecting (backoff, retries), not dead.
+    local ended = tonumber(redis.call('HGET', key_tag(KEYS[1]) .. ':fleet', 'outage_end_ms'))
+    if ended then deadline = math.max(deadline, ended + 2 * tonumber(ARGV[11])) end
+  end
   if credit > 0 and now < deadline then
     redis.call('XCLAIM', KEYS[3], ARGV[2], worker, 0, ARGV[1], 'JUSTID')
     return {'outage_grace', deadline - now}
@@ -64,7 +70,7 @@ local lapses = st[10] or ''
 -- job: it is charged nothing. Every worker records its last contact in `<tag>:workers` (see
 -- fleet_tick.lua), busy or idle; this job's worker went silent about when its lease was last
 -- renewed (`lease_until_ms` - TTL). Another worker counts when it has been silent for half a
--- lease TTL (live ones tick every TTL/6), fell silent within two TTLs of this one, and never ran this job (its name is not in the
+-- lease TTL (live ones tick every TTL/6), fell silent within four TTLs of this one, and never ran this job (its name is not in the
 -- job's own lapse log): a poison job's deaths are all deaths of workers that ran it, so they
 -- never discount each other, and it is charged in full while the fleet around it stays alive.
 -- The cost: a poison job that lapses while unrelated workers also die is discounted, and is
@@ -76,7 +82,7 @@ if status == 'processing' then
   local died = (tonumber(st[7]) or now) - ttl
   local others = 0
   local silent = redis.call('ZRANGEBYSCORE', key_tag(KEYS[1]) .. ':workers',
-    died - 2 * ttl, math.min(died + 2 * ttl, now - tonumber(ARGV[11])))
+    died - 4 * ttl, math.min(died + 4 * ttl, now - tonumber(ARGV[11])))
   for _, w in ipairs(silent) do
     if w ~= worker and not string.find(lapses, ' ' .. w .. ' ', 1, true) then
       others = others + 1
