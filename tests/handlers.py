@@ -12,6 +12,9 @@ import signal
 import time
 from typing import Any
 
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
 from splatq.shared.engine.errors import PermanentError, TransientError
 from splatq.shared.engine.jobs import JobOutcome
 from splatq.shared.engine.worker import JobContext, JobHandler
@@ -22,6 +25,30 @@ def runs_key(job_id: str) -> str:
     return f"test:runs:{job_id}"
 
 
+_COUNT_ONCE = """
+if redis.call('SET', KEYS[1], '1', 'NX', 'EX', 3600) then return redis.call('INCR', KEYS[2]) end
+return 0
+"""
+
+
+async def _count_run(ctx: JobContext) -> None:
+    """Count this run (tests assert how many runs a job had). The counter is the test's
+    instrument, not part of the system under test: while Redis is unreachable (the outage
+    tests) it waits and tries again instead of failing the job; a resend after a lost reply
+    counts once (the run's lease token marks it)."""
+    deadline = time.monotonic() + 60
+    # "{<key>}:<token>" hashes to the slot of <key> itself (Redis Cluster: one slot per script)
+    marker = f"{{{runs_key(ctx.job.id)}}}:{ctx.token}"
+    while True:
+        try:
+            await ctx.queue.redis.eval(_COUNT_ONCE, 2, marker, runs_key(ctx.job.id))
+            return
+        except (RedisConnectionError, RedisTimeoutError, OSError):
+            if time.monotonic() > deadline:
+                raise
+            await asyncio.sleep(0.1)
+
+
 class BehaviourHandler:
     """metadata keys: sleep_s (async, with progress every 0.1 s), block_s (blocking work in a
     thread), fail ('permanent' | 'transient' | 'transient_once'), crash (SIGKILL own process),
@@ -29,7 +56,7 @@ class BehaviourHandler:
 
     async def __call__(self, ctx: JobContext) -> JobOutcome:
         meta: dict[str, Any] = dict(ctx.job.metadata)
-        await ctx.queue.redis.incr(runs_key(ctx.job.id))
+        await _count_run(ctx)
         if meta.get("crash"):
             os.kill(os.getpid(), signal.SIGKILL)
         fail = meta.get("fail")

@@ -26,8 +26,10 @@ BUS_PORT_OFFSET = 10_000  # Redis Cluster's node-to-node bus listens on port + 1
 ALL_SLOTS = 16_384
 
 
-def cluster_port(low: int = 20_000, high: int = 50_000) -> int:
-    """A free port whose cluster bus port (+10000) is free too; both below 65536."""
+def cluster_port(low: int = 20_000, high: int = 22_700) -> int:
+    """A free port whose cluster bus port (+10000) is free too. Both stay below Linux's
+    ephemeral range (32768+), so no outgoing connection can take the bus port between this
+    check and the node's bind."""
     for _ in range(500):
         port = random.randint(low, high)
         try:
@@ -57,6 +59,20 @@ class ClusterNode(RedisServer):
             # bench kills primaries on purpose.
             "--cluster-replica-validity-factor", "0",
         ]  # fmt: skip
+
+    async def start(self, timeout_s: float = 15.0) -> None:
+        """Start; a port taken between `cluster_port`'s check and the bind (another test's
+        server) is retried on a fresh port pair, twice."""
+        restart = self.process is not None  # a restarted node keeps its port and identity
+        for attempt in range(3):
+            try:
+                await super().start(timeout_s)
+                return
+            except RedisServerError:
+                if attempt == 2 or restart:
+                    raise
+                (self.data_dir / "nodes.conf").unlink(missing_ok=True)
+                self.port = cluster_port()
 
     def client(self) -> Redis:
         """A plain (non-cluster) client of this node alone, for admin commands."""
