@@ -11,11 +11,11 @@ import signal
 import structlog
 from prometheus_client import start_http_server
 
+from splatq.shared.engine.replicated_queue import open_queue
 from splatq.shared.engine.worker import HandlerFactory, Worker
 from splatq.shared.logs import configure_logging
 from splatq.shared.metrics import EngineMetrics
 from splatq.shared.redis.client import connect
-from splatq.shared.replicated_queue import open_queue
 from splatq.shared.settings import Settings
 
 log = structlog.get_logger("splatq.runner")
