@@ -29,7 +29,7 @@ async def _all_terminal(queue: JobQueue, ids: list[str]) -> bool:
 async def test_workers_killed_again_and_again_dead_letter_no_healthy_job(
     queue: JobQueue, redis: Redis, redis_server: RedisServer, spawn_worker: SpawnWorker
 ) -> None:
-    """Two workers (4 slots each) SIGKILLed alternately every 1.5 s, and restarted, until 40
+    """Two workers (4 slots each) SIGKILLed alternately every 3 s, and restarted, until 40
     healthy 1.2 s jobs are done: none is dead-lettered (SPLATQ_MAX_DELIVERIES 3), because a
     death beside k jobs charges each only 1/k."""
     ids = [(await queue.enqueue(spec(sleep_s=1.2))).job_id for _ in range(40)]
@@ -39,7 +39,7 @@ async def test_workers_killed_again_and_again_dead_letter_no_healthy_job(
     deadline = loop.time() + 150
     while not await _all_terminal(queue, ids):
         assert loop.time() < deadline, "jobs did not finish"
-        await asyncio.sleep(1.5)
+        await asyncio.sleep(3.0)
         victim = kills % 2
         workers[victim].send_signal(signal.SIGKILL)
         workers[victim].wait(timeout=10)
