@@ -13,6 +13,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
+from splatq.shared.engine.fairness import DEFAULT_COSTS, FairScheduling, parse_int_map
+
 
 class SettingsError(ValueError):
     """An environment variable holds a value that cannot be used."""
@@ -61,6 +63,18 @@ def _choice(env: Mapping[str, str], name: str, default: str, allowed: frozenset[
     if value not in allowed:
         raise SettingsError(f"{name} must be one of {sorted(allowed)}, got {value!r}")
     return value
+
+
+def _int_map(
+    env: Mapping[str, str], name: str, what: str, default: Mapping[str, int]
+) -> Mapping[str, int]:
+    raw = env.get(name, "").strip()
+    if not raw:
+        return dict(default)
+    try:
+        return parse_int_map(raw, what, 1000)
+    except ValueError as exc:
+        raise SettingsError(f"{name}: {exc}") from None
 
 
 def _api_keys(raw: str) -> Mapping[str, str]:
@@ -130,6 +144,16 @@ class Settings:
     # jobs spread differently.
     partitions: int = 1
     worker_partitions: tuple[int, ...] = ()
+    # Fair scheduling between tenants (docs/architecture.md#fair-scheduling): within each
+    # stream, tenants with waiting work are served in weighted deficit round-robin by the
+    # estimated cost of their jobs; off = one queue in arrival order.
+    fair_scheduling: bool = True
+    job_costs: Mapping[str, int] = field(default_factory=lambda: dict(DEFAULT_COSTS))
+    tenant_weights: Mapping[str, int] = field(default_factory=dict)
+    # Jobs of one tenant fed to workers and unfinished at once, per stream (0 = no cap). A
+    # capped tenant's work lives in its home partition so the cap is one atomic counter.
+    tenant_max_running_interactive: int = 0
+    tenant_max_running_synthesis: int = 0
     stream_maxlen: int = 1_000_000
     events_maxlen: int = 100_000
     dlq_maxlen: int = 100_000
@@ -255,6 +279,16 @@ class Settings:
         return self.public_url or f"http://127.0.0.1:{self.gateway_port}"
 
     @property
+    def fairness(self) -> FairScheduling:
+        return FairScheduling(
+            enabled=self.fair_scheduling,
+            costs=self.job_costs,
+            weights=self.tenant_weights,
+            max_running_interactive=self.tenant_max_running_interactive,
+            max_running_synthesis=self.tenant_max_running_synthesis,
+        )
+
+    @property
     def owned_partitions(self) -> tuple[int, ...]:
         """Partitions this process consumes: the configured subset, or all of them."""
         return self.worker_partitions or tuple(range(self.partitions))
@@ -329,6 +363,15 @@ class Settings:
             data_dir=Path(e.get("SPLATQ_DATA_DIR", "").strip() or d.data_dir),
             partitions=_int(e, "SPLATQ_PARTITIONS", d.partitions, 1),
             worker_partitions=worker_parts,
+            fair_scheduling=_bool(e, "SPLATQ_FAIR_SCHEDULING", d.fair_scheduling),
+            job_costs=_int_map(e, "SPLATQ_JOB_COSTS", "quality", d.job_costs),
+            tenant_weights=_int_map(e, "SPLATQ_TENANT_WEIGHTS", "tenant", d.tenant_weights),
+            tenant_max_running_interactive=_int(
+                e, "SPLATQ_TENANT_MAX_RUNNING_INTERACTIVE", d.tenant_max_running_interactive, 0
+            ),
+            tenant_max_running_synthesis=_int(
+                e, "SPLATQ_TENANT_MAX_RUNNING_SYNTHESIS", d.tenant_max_running_synthesis, 0
+            ),
             stream_maxlen=_int(e, "SPLATQ_STREAM_MAXLEN", d.stream_maxlen, 1000),
             events_maxlen=_int(e, "SPLATQ_EVENTS_MAXLEN", d.events_maxlen, 1000),
             dlq_maxlen=_int(e, "SPLATQ_DLQ_MAXLEN", d.dlq_maxlen, 1000),

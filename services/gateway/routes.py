@@ -48,6 +48,7 @@ from splatq.services.gateway.problems import ApiError, not_found
 from splatq.services.gateway.submission import Submission, idempotency_key, read_submission
 from splatq.services.gateway.views import job_view, rfc3339
 from splatq.shared.engine.events import TERMINAL_EVENTS
+from splatq.shared.engine.fairness import TenantPolicy
 from splatq.shared.engine.ids import is_job_id, partition_of
 from splatq.shared.engine.jobs import QUALITY_STREAMS, JobRecord, JobSpec
 from splatq.shared.engine.keys import StreamName
@@ -144,15 +145,18 @@ async def submit_job(request: web.Request) -> web.Response:
     content_key = _content_key(tenant, image, params.quality, model_id)
 
     logical_key = f"idempotency:{tenant}:{idem_header}" if idem_header else ""
+    stream = QUALITY_STREAMS[params.quality]
+    # The tenant's scheduling terms: a capped tenant's jobs and claims live in its home
+    # partition, so every claim lookup below routes with them.
+    policy = queue.tenant_policy(tenant, stream)
     # A completed identical job is answered at once (cache), unless the client opted out;
     # a key already in use goes on to its own job (same request) or to 422 (another one).
-    if params.cache and idem_header and not await _key_in_use(queue, logical_key):
-        cached = await _cached_job(queue, tenant, content_key)
+    if params.cache and idem_header and not await _key_in_use(queue, tenant, logical_key, policy):
+        cached = await _cached_job(queue, tenant, content_key, policy)
         if cached is not None:
             counter.labels("cached").inc()
             return _json(job_view(cached, settings.public_base_url, cached=True))
 
-    stream = QUALITY_STREAMS[params.quality]
     if not idem_header and params.cache:
         logical_key = content_key  # single-flight: identical submissions share one job
     spec = JobSpec(
@@ -170,10 +174,10 @@ async def submit_job(request: web.Request) -> web.Response:
         request_fingerprint=submission.request_fingerprint(image.sha256),
     )
     response, job, created = await _enqueue(
-        request, queue, spec, submission, image, stream, bool(idem_header)
+        request, queue, spec, submission, image, stream, bool(idem_header), policy
     )
     if created and idem_header and params.cache:
-        await _claim_content(queue, content_key, job.id)
+        await _claim_content(queue, tenant, content_key, job.id, policy)
     await _confirm_replicated(request, queue, job.id)
     return response
 
@@ -229,22 +233,26 @@ def _content_key(tenant: str, image: ValidatedImage, quality: str, model_id: str
     return f"content:{tenant}:{digest}"
 
 
-async def _key_in_use(queue: JobQueue, logical_key: str) -> bool:
-    claim = await queue.claim_status(logical_key)
+async def _key_in_use(queue: JobQueue, tenant: str, logical_key: str, policy: TenantPolicy) -> bool:
+    claim = await queue.claim_status(logical_key, policy, tenant)
     return claim is not None and claim[0] != "FAILED"
 
 
-async def _cached_job(queue: JobQueue, tenant: str, content_key: str) -> JobRecord | None:
+async def _cached_job(
+    queue: JobQueue, tenant: str, content_key: str, policy: TenantPolicy
+) -> JobRecord | None:
     """The completed job holding the content claim. Judged by the job, not by the claim's
     status: a keyed job's content claim (`_claim_content`) is never moved by the engine."""
-    claim = await queue.claim_status(content_key)
+    claim = await queue.claim_status(content_key, policy, tenant)
     if claim is None:
         return None
     job = await queue.get(claim[1])
     return job if job is not None and job.tenant == tenant and job.status == "completed" else None
 
 
-async def _claim_content(queue: JobQueue, content_key: str, job_id: str) -> None:
+async def _claim_content(
+    queue: JobQueue, tenant: str, content_key: str, job_id: str, policy: TenantPolicy
+) -> None:
     """Record a new keyed job under its content key too, so that identical submissions
     without the key join it while it runs and are answered from the cache once it completed.
 
@@ -252,17 +260,19 @@ async def _claim_content(queue: JobQueue, content_key: str, job_id: str) -> None
     so readers judge by the job's status (`_cached_job`, and `_enqueue` steps over a claim
     whose job failed). Losing it to an identical job that holds it already is fine.
     """
-    await queue.claim(content_key, job_id)
+    await queue.claim(content_key, job_id, policy, tenant)
 
 
 async def _enqueue_once(
-    queue: JobQueue, spec: JobSpec, limit: int, tenant_limit: int
+    queue: JobQueue, spec: JobSpec, limit: int, tenant_limit: int, policy: TenantPolicy
 ) -> EnqueueResult:
     """Enqueue, waiting out a refusal for now (a slot in migration answers TRYAGAIN until its
     keys have moved; a failover, CLUSTERDOWN) for up to ENQUEUE_RETRY_BUDGET_S: the script
     did not run, so sending it again is safe. Longer than that, the client gets 503."""
     return await while_refused(
-        lambda: queue.enqueue(spec, max_backlog=limit, max_tenant_backlog=tenant_limit),
+        lambda: queue.enqueue(
+            spec, max_backlog=limit, max_tenant_backlog=tenant_limit, policy=policy
+        ),
         ENQUEUE_RETRY_BUDGET_S,
         "enqueue",
     )
@@ -276,6 +286,7 @@ async def _enqueue(
     image: ValidatedImage,
     stream: StreamName,
     keyed: bool,
+    policy: TenantPolicy,
 ) -> tuple[web.Response, JobRecord, bool]:
     """Store the input, enqueue; (the answer, its job, whether the job is new)."""
     settings = request.app[SETTINGS]
@@ -290,7 +301,7 @@ async def _enqueue(
     # Store the input first: once the job is in the stream a worker may start it at once.
     # Inputs are content-addressed, so a repeat or a concurrent twin writes the same object.
     existed = not await storage.put_if_absent(spec.input_ref, submission.image)
-    result = await _enqueue_once(queue, spec, limit, tenant_limit)
+    result = await _enqueue_once(queue, spec, limit, tenant_limit, policy)
     job = result.job
     hops = 0
     while not keyed and not result.created and not result.overloaded:
@@ -307,7 +318,7 @@ async def _enqueue(
             spec = dataclasses.replace(
                 spec, idempotency_key=f"{spec.idempotency_key}|after:{result.job_id}"
             )
-        result = await _enqueue_once(queue, spec, limit, tenant_limit)
+        result = await _enqueue_once(queue, spec, limit, tenant_limit, policy)
         job = result.job
     if result.overloaded:
         if not existed:

@@ -18,6 +18,7 @@ from redis.exceptions import ResponseError
 
 from splatq.shared.engine import events
 from splatq.shared.engine.events import EventType
+from splatq.shared.engine.fairness import TenantPolicy, home_partition
 from splatq.shared.engine.ids import is_job_id, new_event_id, new_job_id, new_trace_id, partition_of
 from splatq.shared.engine.jobs import JOB_FORMAT_VERSION, JobRecord, JobSpec, pairs_to_dict
 from splatq.shared.engine.keys import STREAMS, KeySchema, StreamName, replay_key
@@ -177,18 +178,38 @@ class JobQueue:
 
     # -- producers ---------------------------------------------------------------------
 
+    def route(self, tenant: str, logical_key: str, policy: TenantPolicy | None = None) -> int:
+        """The partition of a new job and of its claim: a capped tenant's home partition
+        (its cap is then one counter in one slot), else the logical key's, else any."""
+        if policy is not None and policy.max_running > 0 and self.settings.fair_scheduling:
+            return home_partition(tenant, self.settings.partitions)
+        if logical_key:
+            return self.keys.partition_for(logical_key)
+        return random.randrange(self.settings.partitions)
+
+    def tenant_policy(self, tenant: str, stream: StreamName) -> TenantPolicy:
+        """The deployment's default terms for `tenant` (weights and caps from Settings)."""
+        return self.settings.fairness.policy(tenant, stream)
+
     async def enqueue(
-        self, spec: JobSpec, max_backlog: int = 0, max_tenant_backlog: int = 0
+        self,
+        spec: JobSpec,
+        max_backlog: int = 0,
+        max_tenant_backlog: int = 0,
+        policy: TenantPolicy | None = None,
     ) -> EnqueueResult:
-        """Create the job and XADD it in one script; returns once Redis has it. With
-        `max_backlog`, a stream partition holding that many entries refuses new work
+        """Create the job and put it in line in one script; returns once Redis has it. With
+        fair scheduling (the default) it waits in its tenant's queue under `policy` (the
+        Settings defaults when None) until a worker's take moves it into the stream. With
+        `max_backlog`, a stream partition holding that many jobs refuses new work
         (`overloaded`); with `max_tenant_backlog`, so does a tenant with that many unfinished
         jobs in it. A repeat of a claimed key still gets its job either way."""
         stream = spec.stream
-        if spec.idempotency_key:
-            partition = self.keys.partition_for(spec.idempotency_key)
-        else:
-            partition = random.randrange(self.settings.partitions)
+        fairness = self.settings.fairness
+        if policy is None:
+            policy = fairness.policy(spec.tenant, stream)
+        partition = self.route(spec.tenant, spec.idempotency_key, policy)
+        fair_arg = fairness.argument(spec.quality, policy, self.group) if fairness.enabled else ""
         job_id = new_job_id(partition)
         keys = [
             self.keys.job(job_id),
@@ -210,6 +231,7 @@ class JobQueue:
             events.queued_fields(spec.quality, stream.value),
             max_backlog,
             max_tenant_backlog,
+            fair_arg,
         ]
         for name, value in fields.items():
             args.extend((name, value))
@@ -236,10 +258,12 @@ class JobQueue:
             raise RuntimeError(f"enqueue of {job_id} answered 'exists' but the job is gone")
         return EnqueueResult(job_id=job_id, created=True, job=job)
 
-    async def claim(self, logical_key: str, job_id: str) -> ClaimResult:
+    async def claim(
+        self, logical_key: str, job_id: str, policy: TenantPolicy | None = None, tenant: str = ""
+    ) -> ClaimResult:
         """Claim a logical key for `job_id` (one winner among concurrent claimers)."""
         # The key's own partition, as enqueue and claim_status use (not the job id's).
-        partition = self.keys.partition_for(logical_key)
+        partition = self.route(tenant, logical_key, policy)
         key = self.keys.idempotency(partition, self.keys.digest(logical_key))
         reply = await self.scripts.run(
             ScriptCall(Script.CLAIM, [key], [job_id, self._claim_ttl_ms])
@@ -247,9 +271,13 @@ class JobQueue:
         _raise_on_error(reply)
         return ClaimResult(won=reply[0] == 1, status=reply[1], job_id=reply[2])
 
-    async def claim_status(self, logical_key: str) -> tuple[str, str] | None:
-        """(status, job_id) of a logical key's claim, or None when unclaimed/expired."""
-        partition = self.keys.partition_for(logical_key)
+    async def claim_status(
+        self, logical_key: str, policy: TenantPolicy | None = None, tenant: str = ""
+    ) -> tuple[str, str] | None:
+        """(status, job_id) of a logical key's claim, or None when unclaimed/expired. Pass the
+        tenant's `policy` as enqueue got it: a capped tenant's claims live in its home
+        partition."""
+        partition = self.route(tenant, logical_key, policy)
         raw = await self.redis.get(self.keys.idempotency(partition, self.keys.digest(logical_key)))
         if raw is None:
             return None
@@ -399,6 +427,8 @@ class JobQueue:
                     self.settings.script_replay_ttl_ms,
                     running,
                     self.settings.dlq_maxlen,
+                    self.settings.fairness.quantum,
+                    self.settings.stream_maxlen,
                 ],
                 request_id,
             ),

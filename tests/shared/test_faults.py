@@ -102,6 +102,22 @@ async def test_take_whose_reply_is_lost_hands_over_the_started_job(
     assert await proxied.redis.get(proxied.keys.lease(result.job_id)) == taken[0].token
 
 
+async def test_take_that_fed_jobs_and_lost_its_reply_feeds_them_once(
+    proxied: JobQueue, proxy: FaultProxy
+) -> None:
+    """take moved waiting jobs from a tenant's fair queue into the stream, started them, and
+    its reply was lost: the resend hands over the same jobs, and the tenant counts them once
+    (a second feed would count its running jobs twice and starve it under a cap)."""
+    ids = [(await proxied.enqueue(spec(n=i))).job_id for i in range(3)]
+    proxy.lose_reply_after(sha(proxied, Script.TAKE))
+    taken = await proxied.take(0, {StreamName.INTERACTIVE: 3}, 0, "c1", resend_for_s=5)
+    assert proxy.lost_replies == 1
+    assert sorted(t.job.id for t in taken if t.job is not None) == sorted(ids)
+    base = f"{proxied.keys.tag(0)}:fq:interactive"
+    assert await proxied.redis.zcard(f"{base}:waiting") == 0
+    assert await proxied.redis.hget(f"{base}:state", "r:acme") == "3"
+
+
 async def test_dead_letter_and_redrive_whose_replies_are_lost_act_once(
     proxied: JobQueue, proxy: FaultProxy, redis: Redis
 ) -> None:

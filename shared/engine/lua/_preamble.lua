@@ -113,6 +113,130 @@ local function fleet_outage(fleet_key)
   return redis.call('HGET', fleet_key, 'outage_ms') or '0'
 end
 
+-- Fair scheduling (docs/architecture.md#fair-scheduling): a job admitted under a tenant policy
+-- waits in its tenant's own queue, and work is moved into the shared stream -- where the
+-- consumer group, leases and the reaper take over -- in deficit round-robin order by
+-- estimated cost, and only as workers ask for it, so the ready part of the stream stays short
+-- and a tenant's wait does not depend on another tenant's backlog. Per partition and stream,
+-- all under the partition's `{pN}` tag (one slot):
+--   <tag>:fq:<s>:ring     LIST: tenants with waiting work, in round-robin order
+--   <tag>:fq:<s>:q:<t>    LIST: tenant t's waiting jobs, '<job id> <cost>', oldest first
+--   <tag>:fq:<s>:waiting  ZSET: every waiting job id -> its enqueue time (ms)
+--   <tag>:fq:<s>:state    HASH: d:<t> deficit, r:<t> fed and unfinished (running, or in
+--                         the stream, or waiting for a retry), w:<t> weight, c:<t> running
+--                         cap (0 = none), a:<t> '1' in the ring | 'capped' out of it
+-- A fair job carries `fq` = '1' in its hash until its terminal exit (fair_release).
+local function fq_base(tag, stream_name)
+  return tag .. ':fq:' .. stream_name
+end
+
+-- Append a new job to its tenant's queue; the tenant joins the ring if it was not in it.
+-- `weight` and `cap` are the tenant's policy as of this submission.
+local function fair_push(tag, stream_name, tenant, job_id, cost, weight, cap, now)
+  local base = fq_base(tag, stream_name)
+  local state = base .. ':state'
+  redis.call('RPUSH', base .. ':q:' .. tenant, job_id .. ' ' .. cost)
+  redis.call('ZADD', base .. ':waiting', now, job_id)
+  local f = redis.call('HMGET', state, 'a:' .. tenant, 'w:' .. tenant, 'c:' .. tenant,
+    'r:' .. tenant)
+  if f[2] ~= tostring(weight) or f[3] ~= tostring(cap) then
+    redis.call('HSET', state, 'w:' .. tenant, weight, 'c:' .. tenant, cap)
+  end
+  local active = f[1]
+  if active == 'capped' and (cap == 0 or (tonumber(f[4]) or 0) < cap) then
+    active = nil  -- its cap was raised: back in line at once
+  end
+  if not active then
+    redis.call('HSET', state, 'a:' .. tenant, '1')
+    redis.call('RPUSH', base .. ':ring', tenant)
+  end
+end
+
+-- Move up to `n` waiting jobs into the stream in deficit round-robin order: a tenant at the
+-- head of the ring is served while its deficit covers its next job's cost, else it is
+-- credited `quantum` x its weight and goes to the back; a tenant at its running cap leaves
+-- the ring until one of its jobs ends. Returns how many were moved.
+local function fair_feed(tag, stream_name, stream_key, n, quantum, stream_maxlen)
+  if n <= 0 then return 0 end
+  local base = fq_base(tag, stream_name)
+  local ring = base .. ':ring'
+  local len = redis.call('LLEN', ring)
+  if len == 0 then return 0 end
+  local state = base .. ':state'
+  local fed = 0
+  -- every turn either moves a job or credits a tenant at least one job's worth (quantum is
+  -- the largest cost), so this bound is never what stops a feed that could go on
+  local turns = 2 * (n + len) + 8
+  while fed < n and turns > 0 do
+    turns = turns - 1
+    local t = redis.call('LINDEX', ring, 0)
+    if not t then break end
+    local q = base .. ':q:' .. t
+    local head = redis.call('LINDEX', q, 0)
+    if not head then
+      redis.call('LPOP', ring)
+      redis.call('HDEL', state, 'a:' .. t, 'd:' .. t)
+    else
+      local sp = string.find(head, ' ', 1, true)
+      local job_id, cost = string.sub(head, 1, sp - 1), tonumber(string.sub(head, sp + 1))
+      local f = redis.call('HMGET', state, 'd:' .. t, 'r:' .. t, 'w:' .. t, 'c:' .. t)
+      local deficit, running = tonumber(f[1]) or 0, tonumber(f[2]) or 0
+      local cap = tonumber(f[4]) or 0
+      if cap > 0 and running >= cap then
+        redis.call('LPOP', ring)
+        redis.call('HSET', state, 'a:' .. t, 'capped')
+        redis.call('HDEL', state, 'd:' .. t)
+      elseif deficit < cost then
+        redis.call('HSET', state, 'd:' .. t, deficit + quantum * (tonumber(f[3]) or 1))
+        redis.call('LMOVE', ring, ring, 'LEFT', 'RIGHT')
+      else
+        redis.call('LPOP', q)
+        -- not in `waiting` any more: canceled while it waited; dropped, nothing charged
+        if redis.call('ZREM', base .. ':waiting', job_id) == 1 then
+          local job_key = tag .. ':job:' .. job_id
+          local jf = redis.call('HMGET', job_key, 'trace_id', 'claim_key')
+          local entry_id = redis.call('XADD', stream_key, 'MAXLEN', '~', stream_maxlen, '*',
+            'v', '1', 'job', job_id, 'trace', jf[1] or '', 'claim', jf[2] or '')
+          redis.call('HSET', job_key, 'entry_id', entry_id)
+          redis.call('HSET', state, 'd:' .. t, deficit - cost, 'r:' .. t, running + 1)
+          fed = fed + 1
+        end
+        if redis.call('LLEN', q) == 0 then
+          redis.call('LPOP', ring)
+          redis.call('HDEL', state, 'a:' .. t, 'd:' .. t)
+        end
+      end
+    end
+  end
+  return fed
+end
+
+-- A fair job's terminal exit (completed, failed, canceled, dead-lettered): it stops counting
+-- as waiting, or frees its tenant's running slot -- once (the `fq` flag goes with it). A
+-- tenant that was parked at its cap rejoins the ring.
+local function fair_release(job_key, job_id, tenant, stream_name)
+  if redis.call('HDEL', job_key, 'fq') == 0 then return end
+  local base = fq_base(key_tag(job_key), stream_name)
+  if redis.call('ZREM', base .. ':waiting', job_id) == 1 then return end
+  local state = base .. ':state'
+  local running = redis.call('HINCRBY', state, 'r:' .. tenant, -1)
+  if running <= 0 then redis.call('HDEL', state, 'r:' .. tenant) end
+  local f = redis.call('HMGET', state, 'a:' .. tenant, 'c:' .. tenant)
+  if f[1] == 'capped' then
+    local cap = tonumber(f[2]) or 0
+    if cap == 0 or running < cap then
+      redis.call('HSET', state, 'a:' .. tenant, '1')
+      redis.call('RPUSH', base .. ':ring', tenant)
+    end
+  end
+end
+
+-- fair_release for a caller that has not read the job's fields.
+local function fair_release_of(job_key)
+  local f = redis.call('HMGET', job_key, 'fq', 'id', 'tenant', 'stream')
+  if f[1] == '1' and f[2] and f[4] then fair_release(job_key, f[2], f[3] or '', f[4]) end
+end
+
 -- A tenant's backlog in one stream of a partition: a sorted set of its unfinished job ids
 -- (queued, processing or retrying), scored by enqueue time. enqueue.lua counts it against
 -- the tenant's share; every exit to a terminal status removes the job (ZREM: a repeat is
@@ -156,6 +280,7 @@ local function dead_letter_corrupt(job_key, events_key, stream_key, group, entry
     'error_code', 'CORRUPT_JOB_RECORD', 'error_message', detail, 'error_retryable', '0',
     'completed_at_ms', now, 'updated_at_ms', now, 'lease_token', '', 'worker', '')
   backlog_done(job_key)
+  fair_release_of(job_key)
   if failed_name and failed_name ~= '' then
     emit(events_key, events_maxlen, job_key, event_id, failed_name,
       '"error_code":"CORRUPT_JOB_RECORD","message":' .. cjson.encode(detail)
@@ -237,3 +362,4 @@ end
 local function holds_run(job_key, token)
   return token ~= '' and redis.call('HGET', job_key, 'lease_token') == token
 end
+

@@ -23,6 +23,7 @@ redis.call('HSET', KEYS[1], 'status', 'canceled', 'stage', 'canceled', 'cancel_r
 redis.call('ZREM', KEYS[2], ARGV[7])
 redis.call('PEXPIRE', KEYS[1], ARGV[4])
 backlog_done(KEYS[1])
+fair_release_of(KEYS[1])
 if KEYS[4] then set_claim(KEYS[4], job_id, 'FAILED', ARGV[5]) end
 emit(KEYS[3], ARGV[2], KEYS[1], ARGV[1], ARGV[3], '')
 return {'canceled'}

@@ -1,10 +1,12 @@
--- enqueue: create a job record, claim its idempotency key, XADD it to its stream and append
--- the `queued` event -- all or nothing.
+-- enqueue: create a job record, claim its idempotency key, put it in line -- its tenant's fair
+-- queue, or straight into its stream -- and append the `queued` event: all or nothing.
 -- KEYS (one slot {pN}): 1 job hash, 2 work stream, 3 events stream, 4 claim key (optional)
 -- ARGV: 1 job_id, 2 event_id, 3 stream_maxlen, 4 events_maxlen, 5 claim_ttl_ms,
 --       6 queued event name, 7 event extra JSON, 8 max backlog of this stream partition
 --       (0 = unbounded), 9 max backlog of this tenant in it (0 = unbounded),
---       10.. field/value pairs for the job hash (they include 'tenant' and 'stream')
+--       10 fair-scheduling policy, JSON {"cost", "weight", "cap", "quantum", "group"}, or ''
+--       to go straight into the stream in arrival order (see fair_push),
+--       11.. field/value pairs for the job hash (they include 'tenant' and 'stream')
 -- Returns {'created', job_id, entry_id, flat job hash...} | {'duplicate', job_id, claim_status} |
 --         {'exists', job_id} | {'overloaded', backlog, scope ('tenant' | 'stream')}
 local job_id = ARGV[1]
@@ -20,7 +22,7 @@ if KEYS[4] then
 end
 local fields = {}
 local tenant, stream_name = '', ''
-for i = 10, #ARGV, 2 do
+for i = 11, #ARGV, 2 do
   fields[#fields + 1] = ARGV[i]
   fields[#fields + 1] = ARGV[i + 1]
   if ARGV[i] == 'tenant' then tenant = ARGV[i + 1] end
@@ -40,8 +42,10 @@ if max_tenant > 0 then
 end
 local max_backlog = tonumber(ARGV[8])
 if max_backlog > 0 then
-  -- Acked entries are deleted, so XLEN is exactly the waiting + running work.
+  -- Acked entries are deleted, so XLEN is exactly the work in the stream (ready, running);
+  -- the rest waits in the tenants' fair queues.
   local backlog = redis.call('XLEN', KEYS[2])
+    + redis.call('ZCARD', fq_base(key_tag(KEYS[1]), stream_name) .. ':waiting')
   if backlog >= max_backlog then
     return {'overloaded', backlog, 'stream'}
   end
@@ -59,10 +63,27 @@ end
 redis.call('HSET', KEYS[1], 'id', job_id, 'status', 'queued', 'attempts', 0,
   'deliveries', 0, 'progress', 0, 'stage', 'queued', 'created_at_ms', now,
   'updated_at_ms', now, 'claim_key', KEYS[4] or '')
-local trace = redis.call('HGET', KEYS[1], 'trace_id') or ''
-local entry_id = redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[3], '*',
-  'v', '1', 'job', job_id, 'trace', trace, 'claim', KEYS[4] or '')
-redis.call('HSET', KEYS[1], 'entry_id', entry_id)
+local entry_id = ''
+if ARGV[10] ~= '' then
+  local policy = cjson.decode(ARGV[10])
+  local tag = key_tag(KEYS[1])
+  redis.call('HSET', KEYS[1], 'fq', '1', 'entry_id', '')
+  fair_push(tag, stream_name, tenant, job_id, policy.cost, policy.weight, policy.cap, now)
+  -- Nothing ready in the stream (every entry in it delivered): move one job in now, in fair
+  -- order, so an idle worker blocked on the stream wakes. Under load the ready part is not
+  -- empty and workers' takes do the moving.
+  local pending = redis.pcall('XPENDING', KEYS[2], policy.group)
+  local delivered = type(pending) == 'table' and tonumber(pending[1]) or 0
+  if redis.call('XLEN', KEYS[2]) <= delivered then
+    fair_feed(tag, stream_name, KEYS[2], 1, policy.quantum, ARGV[3])
+  end
+  entry_id = redis.call('HGET', KEYS[1], 'entry_id')
+else
+  local trace = redis.call('HGET', KEYS[1], 'trace_id') or ''
+  entry_id = redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[3], '*',
+    'v', '1', 'job', job_id, 'trace', trace, 'claim', KEYS[4] or '')
+  redis.call('HSET', KEYS[1], 'entry_id', entry_id)
+end
 emit(KEYS[3], ARGV[4], KEYS[1], ARGV[2], ARGV[6], ARGV[7])
 -- The new record comes back with the reply: the producer needs no second round trip.
 local out = redis.call('HGETALL', KEYS[1])

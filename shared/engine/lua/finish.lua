@@ -16,7 +16,7 @@
 -- what it answered the first time -- for as long as the job exists, at no extra command.
 local target = ARGV[4]
 local st = redis.call('HMGET', KEYS[1], 'status', 'cancel_requested', 'id', 'last_commit',
-  'tenant', 'stream', 'lease_token', 'metadata', 'trace_id', 'backlog_counted')
+  'tenant', 'stream', 'lease_token', 'metadata', 'trace_id', 'backlog_counted', 'fq')
 local status, cancel, job_id = st[1], st[2], st[3]
 if not status then
   return {'illegal', 'missing'}
@@ -71,6 +71,7 @@ if terminal then
   end
   redis.call('PEXPIRE', KEYS[1], ARGV[9])
   if st[10] == '1' then backlog_done(KEYS[1], job_id, st[5], st[6]) end
+  if st[11] == '1' then fair_release(KEYS[1], job_id, st[5] or '', st[6]) end
 elseif target == 'retrying' then
   redis.call('ZADD', KEYS[5], now + tonumber(ARGV[10]), ARGV[11])
 elseif target == 'queued' then

@@ -118,6 +118,7 @@ if (charge >= max_charge - 1e-9 or deliveries >= tonumber(ARGV[12]))
     'lease_token', '', 'delivery_charge', string.format('%.4f', charge), 'lapses', lapses)
   redis.call('PEXPIRE', KEYS[1], ARGV[8])
   backlog_done(KEYS[1])
+  fair_release_of(KEYS[1])
   if KEYS[6] then set_claim(KEYS[6], job_id, 'FAILED', ARGV[9]) end
   emit(KEYS[5], ARGV[5], KEYS[1], ARGV[4], ARGV[7],
     '"error_code":"dead_lettered","message":' .. cjson.encode(msg) .. ',"retryable":false')

@@ -9,7 +9,10 @@
 -- ARGV: 1 group, 2 consumer, 3 own interactive, 4 own synthesis, 5 idle slots, 6 ttl_ms,
 --       7 token nonce, 8 events_maxlen, 9 started event name, 10 claim_ttl_ms, 11 key tag
 --       ('splatq:{p0}'), 12 event id base, 13 job format version, 14 failed event name,
---       15 replay memo TTL ms, 16 jobs already running on this worker, 17 dlq_maxlen
+--       15 replay memo TTL ms, 16 jobs already running on this worker, 17 dlq_maxlen,
+--       18 fair-scheduling quantum (the largest job cost), 19 stream_maxlen
+-- Before each read, as many jobs as it asks for are moved from the tenants' fair queues
+-- into the stream (fair_feed), so what it reads next is in fair order.
 -- Returns a list of {stream name, entry id, outcome, payload}: outcome 'started' (payload =
 -- flat job hash), 'raw' (payload = the entry's flat fields; the worker validates and
 -- dead-letters it), 'dead_lettered' (payload = {why}: a corrupt job record, failed and
@@ -43,6 +46,7 @@ local read = {}
 
 local function take_from(stream_key, stream_name, n)
   if n <= 0 then return 0 end
+  fair_feed(tag, stream_name, stream_key, n, tonumber(ARGV[18]), ARGV[19])
   local reply = redis.call('XREADGROUP', 'GROUP', group, consumer, 'COUNT', n,
     'STREAMS', stream_key, '>')
   if not reply then return 0 end

@@ -1,0 +1,222 @@
+"""Fair scheduling between tenants: deficit round-robin by cost and weight, per-tenant running
+caps held in Redis, cancels of waiting jobs, and the bookkeeping left clean afterwards."""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+from collections.abc import Sequence
+
+from redis.asyncio import Redis
+
+from splatq.shared.engine.events import EventType
+from splatq.shared.engine.fairness import TenantPolicy, home_partition
+from splatq.shared.engine.jobs import JobOutcome, JobSpec
+from splatq.shared.engine.keys import StreamName
+from splatq.shared.engine.queue import Finish, JobQueue, Taken
+from splatq.shared.engine.worker import JobContext
+from splatq.shared.settings import Settings
+from tests.conftest import WorkerFactory, wait_for_status, wait_until
+
+SYN = StreamName.SYNTHESIS
+
+
+def full(tenant: str, n: int = 0) -> JobSpec:
+    return JobSpec(tenant=tenant, quality="full", metadata={"n": n})
+
+
+async def take_one(queue: JobQueue, consumer: str = "c1") -> list[Taken]:
+    return [
+        t
+        for t in await queue.take(0, {}, 1, consumer)
+        if t.outcome == "started" and t.job is not None
+    ]
+
+
+async def take_order(queue: JobQueue, count: int) -> list[str]:
+    """Tenants of the next `count` jobs one worker slot would start, one take at a time."""
+    order: list[str] = []
+    for _ in range(count):
+        taken = await take_one(queue)
+        assert taken, f"nothing to take after {order}"
+        order.extend(t.job.tenant for t in taken if t.job is not None)
+    return order
+
+
+async def complete(queue: JobQueue, taken: Sequence[Taken]) -> None:
+    await queue.finish_many(
+        [
+            Finish(
+                t.job.id,
+                t.entry.stream,
+                t.entry.entry_id,
+                t.token,
+                "completed",
+                claim_key=t.entry.fields.get("claim", ""),
+                event=EventType.COMPLETED.value,
+            )
+            for t in taken
+            if t.job is not None
+        ]
+    )
+
+
+async def assert_bookkeeping_clean(redis: Redis, queue: JobQueue) -> None:
+    """Once every job has ended: nobody waits, nobody counts as running, the ring is empty."""
+    for stream in (StreamName.INTERACTIVE, SYN):
+        base = f"{queue.keys.tag(0)}:fq:{stream.value}"
+        assert await redis.zcard(f"{base}:waiting") == 0
+        assert await redis.llen(f"{base}:ring") == 0
+        state = await redis.hgetall(f"{base}:state")
+        assert not {k: v for k, v in state.items() if k[:2] in ("r:", "a:", "d:")}, state
+
+
+async def test_a_small_tenant_is_served_between_a_flooding_tenants_jobs(queue: JobQueue) -> None:
+    """Tenant A queues 30 jobs, then B queues 3: B's jobs start within A's first few, not
+    after all 30 (arrival order)."""
+    for i in range(30):
+        await queue.enqueue(full("A", i))
+    for i in range(3):
+        await queue.enqueue(full("B", i))
+    order = await take_order(queue, 33)
+    b_positions = [i for i, t in enumerate(order) if t == "B"]
+    assert len(b_positions) == 3
+    # one job already moved into the idle stream at enqueue, then A and B alternate
+    assert b_positions[-1] <= 7, order
+    assert Counter(order) == {"A": 30, "B": 3}
+
+
+async def test_arrival_order_when_fair_scheduling_is_off(redis: Redis, settings: Settings) -> None:
+    queue = JobQueue(redis, settings.with_overrides(fair_scheduling=False))
+    await queue.setup()
+    for i in range(10):
+        await queue.enqueue(full("A", i))
+    for i in range(3):
+        await queue.enqueue(full("B", i))
+    assert await take_order(queue, 13) == ["A"] * 10 + ["B"] * 3
+
+
+async def test_weights_share_the_stream_in_proportion(queue: JobQueue) -> None:
+    """Weight 3 against weight 1: A gets three jobs for each of B's while both wait."""
+    for i in range(40):
+        await queue.enqueue(full("A", i), policy=TenantPolicy(weight=3))
+        await queue.enqueue(full("B", i), policy=TenantPolicy(weight=1))
+    counts = Counter((await take_order(queue, 41))[1:])  # the first moved in at enqueue
+    assert (counts["A"], counts["B"]) == (30, 10), counts
+
+
+async def test_cost_makes_a_full_job_worth_ten_previews(redis: Redis, settings: Settings) -> None:
+    """Within one stream, cost counts: a tenant of cost-10 jobs gets one job per ten of a
+    tenant of cost-1 jobs (same weight)."""
+    s = settings.with_overrides(job_costs={"preview": 1, "full": 10, "cheap": 1})
+    queue = JobQueue(redis, s)
+    await queue.setup()
+    from splatq.shared.engine import jobs  # noqa: PLC0415
+
+    original = dict(jobs.QUALITY_STREAMS)
+    jobs.QUALITY_STREAMS["cheap"] = SYN  # type: ignore[index]
+    try:
+        for i in range(30):
+            await queue.enqueue(JobSpec(tenant="big", quality="full", metadata={"n": i}))
+            await queue.enqueue(JobSpec(tenant="small", quality="cheap", metadata={"n": i}))
+        counts = Counter((await take_order(queue, 23))[1:])
+    finally:
+        jobs.QUALITY_STREAMS.clear()
+        jobs.QUALITY_STREAMS.update(original)  # type: ignore[attr-defined]
+    assert (counts["small"], counts["big"]) == (20, 2), counts
+
+
+async def test_running_cap_holds_across_consumers_and_frees_on_finish(
+    redis: Redis, queue: JobQueue
+) -> None:
+    """A tenant capped at 2 never has more than 2 jobs fed and unfinished, whichever worker
+    asks; B is served meanwhile; a finish lets the next A job through."""
+    capped = TenantPolicy(max_running=2)
+    for i in range(6):
+        await queue.enqueue(full("A", i), policy=capped)
+    for i in range(2):
+        await queue.enqueue(full("B", i), policy=capped)
+    a = home_partition("A", queue.settings.partitions)
+    assert a == 0  # one partition here; the routing is what makes the cap one counter
+    first = [t for t in await queue.take(0, {}, 10, "w1") if t.outcome == "started"]
+    second = [t for t in await queue.take(0, {}, 10, "w2") if t.outcome == "started"]
+    tenants = Counter(t.job.tenant for t in first + second if t.job is not None)
+    assert tenants == {"A": 2, "B": 2}
+    await complete(queue, [t for t in first + second if t.job and t.job.tenant == "A"][:1])
+    third = [t for t in await queue.take(0, {}, 10, "w3") if t.outcome == "started"]
+    assert [t.job.tenant for t in third if t.job] == ["A"]
+
+
+async def test_raising_a_cap_lets_a_parked_tenant_back_in(queue: JobQueue) -> None:
+    for i in range(4):
+        await queue.enqueue(full("A", i), policy=TenantPolicy(max_running=1))
+    got = [t for t in await queue.take(0, {}, 10, "w1") if t.outcome == "started"]
+    assert len(got) == 1
+    assert [t for t in await queue.take(0, {}, 10, "w1") if t.outcome == "started"] == []
+    await queue.enqueue(full("A", 9), policy=TenantPolicy(max_running=3))
+    more = [t for t in await queue.take(0, {}, 10, "w1") if t.outcome == "started"]
+    assert len(more) == 2
+
+
+async def test_a_canceled_waiting_job_is_dropped_and_nothing_stays_counted(
+    redis: Redis, queue: JobQueue
+) -> None:
+    ids = [(await queue.enqueue(full("A", i))).job_id for i in range(5)]
+    assert await queue.cancel(ids[2]) == "canceled"
+    taken: list[Taken] = []
+    for _ in range(6):
+        taken.extend(await take_one(queue))
+    assert [t.job.id for t in taken if t.job] == [ids[0], ids[1], ids[3], ids[4]]
+    await complete(queue, taken)
+    await assert_bookkeeping_clean(redis, queue)
+
+
+async def test_overload_counts_waiting_jobs(queue: JobQueue) -> None:
+    """The stream's backlog bound counts jobs waiting in tenant queues, not only the stream."""
+    for i in range(3):
+        assert (await queue.enqueue(full(f"T{i}", i), max_backlog=3)).created
+    refused = await queue.enqueue(full("T9"), max_backlog=3)
+    assert (refused.overloaded, refused.overload_scope, refused.backlog) == (True, "stream", 3)
+
+
+async def test_workers_under_load_keep_every_cap_and_leave_no_bookkeeping(
+    redis: Redis, queue: JobQueue, start_worker: WorkerFactory
+) -> None:
+    """Two workers of 6 slots each, tenant A capped at 2 with 12 jobs, B and C uncapped:
+    every job completes once, A never runs more than 2 at a time, and the fair-queue
+    bookkeeping ends empty."""
+    running: Counter[str] = Counter()
+    peak: Counter[str] = Counter()
+
+    async def handler(ctx: JobContext) -> JobOutcome:
+        tenant = ctx.job.tenant
+        running[tenant] += 1
+        peak[tenant] = max(peak[tenant], running[tenant])
+        try:
+            await asyncio.sleep(0.05)
+        finally:
+            running[tenant] -= 1
+        return JobOutcome(artifacts={"result": f"mem://{ctx.job.id}"})
+
+    ids = []
+    for i in range(12):
+        ids.append((await queue.enqueue(full("A", i), policy=TenantPolicy(max_running=2))).job_id)
+        ids.append((await queue.enqueue(full("B", i))).job_id)
+        if i % 2:
+            ids.append((await queue.enqueue(full("C", i))).job_id)
+    await start_worker(handler, worker_concurrency=6, interactive_share=0.0)
+    await start_worker(handler, worker_concurrency=6, interactive_share=0.0)
+    for job_id in ids:
+        job = await wait_for_status(queue, job_id, {"completed"}, timeout_s=30)
+        assert job.attempts == 1
+    assert peak["A"] == 2, peak
+    assert peak["B"] > 2, peak
+
+    async def clean() -> bool:
+        try:
+            await assert_bookkeeping_clean(redis, queue)
+        except AssertionError:
+            return False
+        return True
+
+    await wait_until(clean, timeout_s=5)
