@@ -20,6 +20,9 @@ from splatq.shared.settings import Settings
 
 NAME: str = f"splatq {version('splatq')}"
 _PRODUCERS = 64
+# Jobs come from this many tenants in turn, so fair scheduling (on by default) has a ring of
+# tenants to serve, as in production; `splatq_fifo_noop` runs the same with it off.
+TENANTS = 8
 _EMPTY = JobOutcome()
 
 
@@ -32,23 +35,23 @@ def make(settings: Settings) -> JobHandler:
     return noop
 
 
-def _settings(redis_url: str) -> Settings:
-    return Settings(redis_url=redis_url)
+def _settings(redis_url: str, fair: bool = True) -> Settings:
+    return Settings(redis_url=redis_url, fair_scheduling=fair)
 
 
-async def enqueue(redis_url: str, n_jobs: int) -> None:
-    """Enqueue n_jobs preview (interactive) jobs, `_PRODUCERS` in flight."""
+async def enqueue(redis_url: str, n_jobs: int, fair: bool = True) -> None:
+    """Enqueue n_jobs preview (interactive) jobs of TENANTS tenants, `_PRODUCERS` in flight."""
     client = connect(redis_url)
-    queue = JobQueue(client, _settings(redis_url))
+    queue = JobQueue(client, _settings(redis_url, fair))
     await queue.setup()
     left = n_jobs
-    spec = JobSpec(tenant="bench", quality="preview")
+    specs = [JobSpec(tenant=f"bench-{i}", quality="preview") for i in range(TENANTS)]
 
     async def producer() -> None:
         nonlocal left
         while left > 0:
             left -= 1
-            await queue.enqueue(spec)
+            await queue.enqueue(specs[left % TENANTS])
 
     try:
         await asyncio.gather(*(producer() for _ in range(min(_PRODUCERS, n_jobs))))
@@ -56,11 +59,12 @@ async def enqueue(redis_url: str, n_jobs: int) -> None:
         await client.aclose()
 
 
-def worker_command(redis_url: str, concurrency: int) -> list[str]:
+def worker_command(redis_url: str, concurrency: int, fair: bool = True) -> list[str]:
     """One `splatq worker` process; its settings travel as SPLATQ_* variables via env(1)."""
     return [
         "env",
         f"SPLATQ_REDIS_URL={redis_url}",
+        f"SPLATQ_FAIR_SCHEDULING={int(fair)}",
         f"SPLATQ_WORKER_CONCURRENCY={concurrency}",
         "SPLATQ_LOG_LEVEL=warning",
         "SPLATQ_LOG_FORMAT=json",
@@ -74,14 +78,12 @@ def worker_command(redis_url: str, concurrency: int) -> list[str]:
 
 
 async def remaining(redis_url: str) -> int:
-    """Entries still in the work streams: finish.lua XDELs an entry in the commit itself."""
+    """Jobs not finished: entries still in the work streams (finish.lua XDELs an entry in the
+    commit itself) and jobs still waiting in the tenants' fair queues."""
     client = connect(redis_url)
     try:
         queue = JobQueue(client, _settings(redis_url))
-        pipe = client.pipeline(transaction=False)
-        for stream in STREAMS:
-            pipe.xlen(queue.keys.stream(0, stream))
-        return int(sum(await pipe.execute()))
+        return sum((await queue.waiting(0, stream)).in_line for stream in STREAMS)
     finally:
         await client.aclose()
 

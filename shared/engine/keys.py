@@ -116,6 +116,19 @@ class KeySchema:
     def idempotency(self, partition: int, digest: str) -> str:
         return f"{self.tag(partition)}:idem:{digest}"
 
+    def fair_base(self, partition: int, stream: StreamName) -> str:
+        """Prefix of a stream's fair-scheduling keys (`fq_base` in lua/_preamble.lua):
+        `:ring`, `:waiting`, `:state` and `:q:<tenant>` hang under it."""
+        return f"{self.tag(partition)}:fq:{stream.value}"
+
+    def fair_waiting(self, partition: int, stream: StreamName) -> str:
+        """Sorted set of every job waiting in a tenant queue, scored by enqueue time (ms)."""
+        return f"{self.fair_base(partition, stream)}:waiting"
+
+    def fair_queue(self, partition: int, stream: StreamName, tenant: str) -> str:
+        """One tenant's waiting jobs ('<job id> <cost>', oldest first)."""
+        return f"{self.fair_base(partition, stream)}:q:{tenant}"
+
     def fleet(self, partition: int) -> str:
         """The partition's fleet clock: when a worker last reached Redis, and the total time
         nobody could (outages and stalls; leases are not charged for it)."""

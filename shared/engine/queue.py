@@ -144,6 +144,20 @@ class StreamStats:
     consumers: int
 
 
+@dataclass(frozen=True, slots=True)
+class WaitingStats:
+    """Jobs in line in one stream of a partition: waiting in the tenants' fair queues, and
+    in the stream itself (ready or running)."""
+
+    waiting: int
+    in_stream: int
+    oldest_waiting_age_s: float  # 0.0 when nothing waits
+
+    @property
+    def in_line(self) -> int:
+        return self.waiting + self.in_stream
+
+
 def delayed_member(stream: StreamName, job_id: str) -> str:
     return f"{stream.value}|{job_id}"
 
@@ -797,6 +811,19 @@ class JobQueue:
             oldest_pending_age_s=_entry_age_s(str(oldest), now_ms) if oldest else 0.0,
             consumers=consumers,
         )
+
+    async def waiting(self, partition: int, stream: StreamName) -> WaitingStats:
+        """How much waits in line (fair queues) and in the stream, and the oldest wait."""
+        waiting_key = self.keys.fair_waiting(partition, stream)
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.zcard(waiting_key)
+        pipe.zrange(waiting_key, 0, 0, withscores=True)
+        pipe.xlen(self.keys.stream(partition, stream))
+        count, oldest, in_stream = await pipe.execute()
+        age = 0.0
+        if oldest:
+            age = max(0.0, time.time() - float(oldest[0][1]) / 1000.0)
+        return WaitingStats(int(count), int(in_stream), age)
 
     async def partition_counts(self, partition: int) -> dict[str, int]:
         pipe = self.redis.pipeline(transaction=False)

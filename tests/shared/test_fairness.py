@@ -220,3 +220,26 @@ async def test_workers_under_load_keep_every_cap_and_leave_no_bookkeeping(
         return True
 
     await wait_until(clean, timeout_s=5)
+
+
+async def test_one_entry_stays_ready_while_work_waits(redis: Redis, queue: JobQueue) -> None:
+    """A worker blocked on the stream (XREADGROUP BLOCK) cannot run the feed, so while jobs
+    wait in tenant queues the stream keeps exactly one ready entry -- after enqueues and after
+    takes -- and none once nothing waits."""
+    stream_key = queue.keys.stream(0, SYN)
+
+    async def ready() -> int:
+        pending = await redis.xpending(stream_key, queue.group)
+        return int(await redis.xlen(stream_key)) - int(pending["pending"])
+
+    for i in range(4):
+        await queue.enqueue(full("A", i))
+        assert await ready() == 1
+    # an idle worker's blocking read takes the ready entry and moves nothing in...
+    assert len(await queue.wait_for_new(0, [SYN], "c2", 10)) == 1
+    assert await ready() == 0
+    # ...so the next take, which moves one in and reads one, makes one more ready
+    for expected_ready in (1, 1, 0):
+        assert len(await take_one(queue)) == 1
+        assert await ready() == expected_ready
+    assert (await queue.waiting(0, SYN)).waiting == 0

@@ -211,6 +211,19 @@ local function fair_feed(tag, stream_name, stream_key, n, quantum, stream_maxlen
   return fed
 end
 
+-- Keep one entry ready in the stream while work waits in the fair queues: a worker blocked on
+-- the stream (XREADGROUP BLOCK: it cannot run the feed) must wake whenever there is work.
+-- Called after every enqueue and every take, so the stream's ready part holds at most this
+-- one entry beyond what takes asked for; it too is chosen in fair order.
+local function fair_keep_one_ready(tag, stream_name, stream_key, group, quantum, stream_maxlen)
+  if redis.call('LLEN', fq_base(tag, stream_name) .. ':ring') == 0 then return end
+  local pending = redis.pcall('XPENDING', stream_key, group)
+  local delivered = type(pending) == 'table' and tonumber(pending[1]) or 0
+  if redis.call('XLEN', stream_key) <= delivered then
+    fair_feed(tag, stream_name, stream_key, 1, quantum, stream_maxlen)
+  end
+end
+
 -- A fair job's terminal exit (completed, failed, canceled, dead-lettered): it stops counting
 -- as waiting, or frees its tenant's running slot -- once (the `fq` flag goes with it). A
 -- tenant that was parked at its cap rejoins the ring.

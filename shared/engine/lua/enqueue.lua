@@ -69,14 +69,8 @@ if ARGV[10] ~= '' then
   local tag = key_tag(KEYS[1])
   redis.call('HSET', KEYS[1], 'fq', '1', 'entry_id', '')
   fair_push(tag, stream_name, tenant, job_id, policy.cost, policy.weight, policy.cap, now)
-  -- Nothing ready in the stream (every entry in it delivered): move one job in now, in fair
-  -- order, so an idle worker blocked on the stream wakes. Under load the ready part is not
-  -- empty and workers' takes do the moving.
-  local pending = redis.pcall('XPENDING', KEYS[2], policy.group)
-  local delivered = type(pending) == 'table' and tonumber(pending[1]) or 0
-  if redis.call('XLEN', KEYS[2]) <= delivered then
-    fair_feed(tag, stream_name, KEYS[2], 1, policy.quantum, ARGV[3])
-  end
+  -- an idle worker blocked on the stream wakes; under load workers' takes do the moving
+  fair_keep_one_ready(tag, stream_name, KEYS[2], policy.group, policy.quantum, ARGV[3])
   entry_id = redis.call('HGET', KEYS[1], 'entry_id')
 else
   local trace = redis.call('HGET', KEYS[1], 'trace_id') or ''

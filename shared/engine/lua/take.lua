@@ -12,7 +12,8 @@
 --       15 replay memo TTL ms, 16 jobs already running on this worker, 17 dlq_maxlen,
 --       18 fair-scheduling quantum (the largest job cost), 19 stream_maxlen
 -- Before each read, as many jobs as it asks for are moved from the tenants' fair queues
--- into the stream (fair_feed), so what it reads next is in fair order.
+-- into the stream (fair_feed), so what it reads next is in fair order; after the reads, one
+-- more is made ready when work still waits (fair_keep_one_ready).
 -- Returns a list of {stream name, entry id, outcome, payload}: outcome 'started' (payload =
 -- flat job hash), 'raw' (payload = the entry's flat fields; the worker validates and
 -- dead-letters it), 'dead_lettered' (payload = {why}: a corrupt job record, failed and
@@ -64,6 +65,9 @@ if idle > 0 then
   idle = idle - take_from(KEYS[1], 'interactive', idle)
   take_from(KEYS[2], 'synthesis', idle)
 end
+
+fair_keep_one_ready(tag, 'interactive', KEYS[1], group, tonumber(ARGV[18]), ARGV[19])
+fair_keep_one_ready(tag, 'synthesis', KEYS[2], group, tonumber(ARGV[18]), ARGV[19])
 
 local co_running = tonumber(ARGV[16]) + #read
 for _, r in ipairs(read) do
