@@ -45,6 +45,14 @@ def make(settings: Settings) -> JobHandler:
     return handler
 
 
+async def _drained(queue: JobQueue) -> None:
+    """Return once no job waits or runs (polled: the bench's clock, not a test's)."""
+    while True:
+        if sum([(await queue.waiting(0, s)).in_line for s in STREAMS]) == 0:
+            return
+        await asyncio.sleep(0.05)
+
+
 def _pct(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
@@ -91,8 +99,7 @@ async def _one_mode(args: argparse.Namespace, fair: bool) -> dict[str, float]:
                 )
                 await asyncio.sleep(args.spacing_ms / 1000.0)
             ids = [r.job_id for r in flood + spaced]
-            while sum([(await queue.waiting(0, s)).in_line for s in STREAMS]) > 0:
-                await asyncio.sleep(0.05)
+            await _drained(queue)
             elapsed = time.monotonic() - started
             waits = []
             for r in spaced:
