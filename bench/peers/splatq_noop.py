@@ -83,7 +83,7 @@ async def remaining(redis_url: str) -> int:
     client = connect(redis_url)
     try:
         queue = JobQueue(client, _settings(redis_url))
-        return sum((await queue.waiting(0, stream)).in_line for stream in STREAMS)
+        return sum([(await queue.waiting(0, stream)).in_line for stream in STREAMS])
     finally:
         await client.aclose()
 

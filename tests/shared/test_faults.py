@@ -12,6 +12,7 @@ import pytest
 from redis.asyncio import Redis
 
 from splatq.shared.engine.errors import CORRUPT_JOB_RECORD, INVALID_OUTCOME
+from splatq.shared.engine.fairness import TenantPolicy
 from splatq.shared.engine.jobs import JobOutcome, JobSpec
 from splatq.shared.engine.keys import StreamName
 from splatq.shared.engine.queue import JobQueue
@@ -108,7 +109,8 @@ async def test_take_that_fed_jobs_and_lost_its_reply_feeds_them_once(
     """take moved waiting jobs from a tenant's fair queue into the stream, started them, and
     its reply was lost: the resend hands over the same jobs, and the tenant counts them once
     (a second feed would count its running jobs twice and starve it under a cap)."""
-    ids = [(await proxied.enqueue(spec(n=i))).job_id for i in range(3)]
+    capped = TenantPolicy(max_running=5)
+    ids = [(await proxied.enqueue(spec(n=i), policy=capped)).job_id for i in range(3)]
     proxy.lose_reply_after(sha(proxied, Script.TAKE))
     taken = await proxied.take(0, {StreamName.INTERACTIVE: 3}, 0, "c1", resend_for_s=5)
     assert proxy.lost_replies == 1

@@ -122,10 +122,11 @@ end
 --   <tag>:fq:<s>:ring     LIST: tenants with waiting work, in round-robin order
 --   <tag>:fq:<s>:q:<t>    LIST: tenant t's waiting jobs, '<job id> <cost>', oldest first
 --   <tag>:fq:<s>:waiting  ZSET: every waiting job id -> its enqueue time (ms)
---   <tag>:fq:<s>:state    HASH: d:<t> deficit, r:<t> fed and unfinished (running, or in
---                         the stream, or waiting for a retry), w:<t> weight, c:<t> running
---                         cap (0 = none), a:<t> '1' in the ring | 'capped' out of it
--- A fair job carries `fq` = '1' in its hash until its terminal exit (fair_release).
+--   <tag>:fq:<s>:state    HASH: d:<t> deficit, r:<t> jobs fed under a cap and unfinished
+--                         (running, in the stream, or parked for a retry), w:<t> weight,
+--                         c:<t> running cap (0 = none), a:<t> '1' in the ring | 'capped'
+-- A fair job's `fq` field says where it stands: '1' waiting, 'c' fed and counted against its
+-- tenant's cap, 'f' fed uncounted (no cap); fair_release settles it at the terminal exit.
 local function fq_base(tag, stream_name)
   return tag .. ':fq:' .. stream_name
 end
@@ -197,8 +198,13 @@ local function fair_feed(tag, stream_name, stream_key, n, quantum, stream_maxlen
           local jf = redis.call('HMGET', job_key, 'trace_id', 'claim_key')
           local entry_id = redis.call('XADD', stream_key, 'MAXLEN', '~', stream_maxlen, '*',
             'v', '1', 'job', job_id, 'trace', jf[1] or '', 'claim', jf[2] or '')
-          redis.call('HSET', job_key, 'entry_id', entry_id)
-          redis.call('HSET', state, 'd:' .. t, deficit - cost, 'r:' .. t, running + 1)
+          if cap > 0 then
+            redis.call('HSET', job_key, 'entry_id', entry_id, 'fq', 'c')
+            redis.call('HSET', state, 'd:' .. t, deficit - cost, 'r:' .. t, running + 1)
+          else
+            redis.call('HSET', job_key, 'entry_id', entry_id, 'fq', 'f')
+            redis.call('HSET', state, 'd:' .. t, deficit - cost)
+          end
           fed = fed + 1
         end
         if redis.call('LLEN', q) == 0 then
@@ -224,13 +230,18 @@ local function fair_keep_one_ready(tag, stream_name, stream_key, group, quantum,
   end
 end
 
--- A fair job's terminal exit (completed, failed, canceled, dead-lettered): it stops counting
--- as waiting, or frees its tenant's running slot -- once (the `fq` flag goes with it). A
--- tenant that was parked at its cap rejoins the ring.
-local function fair_release(job_key, job_id, tenant, stream_name)
+-- A fair job's terminal exit (completed, failed, canceled, dead-lettered), given its `fq`: a
+-- waiting job stops counting as waiting; a counted one frees its tenant's running slot --
+-- once (the flag goes with it) -- and a tenant parked at its cap rejoins the ring. An
+-- uncounted one ('f', the common case) costs nothing here.
+local function fair_release(job_key, job_id, tenant, stream_name, fq)
+  if fq ~= '1' and fq ~= 'c' then return end
   if redis.call('HDEL', job_key, 'fq') == 0 then return end
   local base = fq_base(key_tag(job_key), stream_name)
-  if redis.call('ZREM', base .. ':waiting', job_id) == 1 then return end
+  if fq == '1' then
+    redis.call('ZREM', base .. ':waiting', job_id)
+    return
+  end
   local state = base .. ':state'
   local running = redis.call('HINCRBY', state, 'r:' .. tenant, -1)
   if running <= 0 then redis.call('HDEL', state, 'r:' .. tenant) end
@@ -247,7 +258,7 @@ end
 -- fair_release for a caller that has not read the job's fields.
 local function fair_release_of(job_key)
   local f = redis.call('HMGET', job_key, 'fq', 'id', 'tenant', 'stream')
-  if f[1] == '1' and f[2] and f[4] then fair_release(job_key, f[2], f[3] or '', f[4]) end
+  if f[1] and f[2] and f[4] then fair_release(job_key, f[2], f[3] or '', f[4], f[1]) end
 end
 
 -- A tenant's backlog in one stream of a partition: a sorted set of its unfinished job ids

@@ -71,7 +71,7 @@ if terminal then
   end
   redis.call('PEXPIRE', KEYS[1], ARGV[9])
   if st[10] == '1' then backlog_done(KEYS[1], job_id, st[5], st[6]) end
-  if st[11] == '1' then fair_release(KEYS[1], job_id, st[5] or '', st[6]) end
+  fair_release(KEYS[1], job_id, st[5] or '', st[6], st[11])
 elseif target == 'retrying' then
   redis.call('ZADD', KEYS[5], now + tonumber(ARGV[10]), ARGV[11])
 elseif target == 'queued' then
