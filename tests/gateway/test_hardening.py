@@ -20,7 +20,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from redis.asyncio import Redis
 
 from splatq.services.gateway.stream_caps import StreamCaps
-from splatq.shared.engine.ids import is_job_id, new_job_id
+from splatq.shared.engine.fairness import home_partition
+from splatq.shared.engine.ids import is_job_id, new_job_id, partition_of
 from splatq.shared.engine.queue import JobQueue
 from splatq.shared.logs import configure_logging
 from splatq.shared.redis.server import RedisServer
@@ -332,15 +333,19 @@ async def test_redis_down_answers_503_with_retry_after_then_recovers(
 # -- 14: the cache and Idempotency-Key ------------------------------------------------------
 
 
-@pytest.mark.parametrize("partitions", [1, 4])
+@pytest.mark.parametrize(("partitions", "cap"), [(1, 0), (4, 0), (4, 2)])
 async def test_a_keyed_jobs_result_answers_identical_unkeyed_submissions(
-    make_client: ClientFactory, queue: JobQueue, start_worker: WorkerFactory, partitions: int
+    make_client: ClientFactory,
+    queue: JobQueue,
+    start_worker: WorkerFactory,
+    partitions: int,
+    cap: int,
 ) -> None:
     """A job submitted with an Idempotency-Key also holds its content claim (whichever
-    partitions the two keys fall in): an identical submission without a key joins it while
-    it runs (202, same id) and, once a worker has completed it, is answered from the cache
-    (200, cached: true)."""
-    client = await make_client(partitions=partitions)
+    partitions the two keys fall in, or the tenant's home partition when it has a running
+    cap): an identical submission without a key joins it while it runs (202, same id) and,
+    once a worker has completed it, is answered from the cache (200, cached: true)."""
+    client = await make_client(partitions=partitions, tenant_max_running_interactive=cap)
     png = corpus.valid_png(33, 17, alpha=True)
     params = {"quality": "preview"}
     keyed = await client.post(
@@ -348,9 +353,11 @@ async def test_a_keyed_jobs_result_answers_identical_unkeyed_submissions(
     )
     assert keyed.status == 202
     job_id = (await keyed.json())["id"]
+    if cap:
+        assert partition_of(job_id) == home_partition("acme", partitions)
     joined = await client.post("/v1/jobs", data=form(png, params), headers=AUTH_A)
     assert (joined.status, (await joined.json())["id"]) == (202, job_id)
-    await start_worker(partitions=partitions)
+    await start_worker(partitions=partitions, tenant_max_running_interactive=cap)
     await wait_for_status(queue, job_id, {"completed"})
     hit = await client.post("/v1/jobs", data=form(png, params), headers=AUTH_A)
     assert hit.status == 200
