@@ -61,6 +61,11 @@ async def run(n_jobs: int, concurrency: int, rounds: int, only: str) -> None:
     base_spawn = statistics.median(m.from_spawn_per_s for m in results[splatq_name])
     for name, ms in results.items():
         print(_row(name, [m.from_spawn_per_s for m in ms], base_spawn))
+    print("\nRedis CPU per job (INFO cpu, enqueue through drain; one Redis primary's CPU is the")
+    print("ceiling of a deployment, so lower is better):\n")
+    for name, ms in results.items():
+        cpu = statistics.median(m.redis_cpu_us_per_job for m in ms)
+        print(f"  {name:<44} {cpu:>7,.0f} µs")
     print("\nenqueue rate (64 producers in one process):\n")
     for name, ms in results.items():
         print(f"  {name:<44} {statistics.median(m.enqueue_per_s for m in ms):>9,.0f} jobs/s")

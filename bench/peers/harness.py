@@ -45,6 +45,19 @@ class Measurement:
     enqueue_per_s: float
     steady_per_s: float  # from the first finished job to the last
     from_spawn_per_s: float  # includes interpreter and library start-up
+    redis_cpu_us_per_job: float  # Redis's own CPU (INFO cpu), enqueue through drain, per job
+
+
+async def _redis_cpu_s(redis_url: str) -> float:
+    """Redis's user + system CPU seconds so far (the bench's Redis is its own)."""
+    from redis.asyncio import Redis  # noqa: PLC0415 - keeps the adapters' imports first
+
+    client = Redis.from_url(redis_url)
+    try:
+        info = await client.info("cpu")
+        return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
+    finally:
+        await client.aclose()
 
 
 async def _stop(proc: asyncio.subprocess.Process) -> None:
@@ -69,6 +82,7 @@ async def check(
 ) -> Measurement:
     """One round. Raises AssertionError/TimeoutError on a failed check."""
     await peer.reset(redis_url)
+    cpu0 = await _redis_cpu_s(redis_url)
     t0 = time.perf_counter()
     await peer.enqueue(redis_url, n_jobs)
     enqueue_s = time.perf_counter() - t0
@@ -87,6 +101,7 @@ async def check(
             if first is None and left < n_jobs:
                 first = (now, left)
             if left == 0:
+                cpu_s = await _redis_cpu_s(redis_url) - cpu0
                 break
             if proc.returncode is not None:
                 raise AssertionError(f"{peer.NAME}: worker exited {proc.returncode}, {left} left")
@@ -107,7 +122,7 @@ async def check(
             f"{done - spawned:.2f} s from spawn ({from_spawn:,.0f} jobs/s incl. worker start-up), "
             f"{steady:,.0f} jobs/s from the first finished job"
         )
-    return Measurement(peer.NAME, n_jobs / enqueue_s, steady, from_spawn)
+    return Measurement(peer.NAME, n_jobs / enqueue_s, steady, from_spawn, cpu_s * 1e6 / n_jobs)
 
 
 async def main() -> None:
