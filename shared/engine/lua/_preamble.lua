@@ -176,7 +176,7 @@ local function fair_feed(tag, stream_name, stream_key, n, quantum, stream_maxlen
     local head = redis.call('LINDEX', q, 0)
     if not head then
       redis.call('LPOP', ring)
-      redis.call('HDEL', state, 'a:' .. t, 'd:' .. t)
+      redis.call('HDEL', state, 'a:' .. t, 'd:' .. t, 'w:' .. t, 'c:' .. t)
     else
       local sp = string.find(head, ' ', 1, true)
       local job_id, cost = string.sub(head, 1, sp - 1), tonumber(string.sub(head, sp + 1))
@@ -209,7 +209,7 @@ local function fair_feed(tag, stream_name, stream_key, n, quantum, stream_maxlen
         end
         if redis.call('LLEN', q) == 0 then
           redis.call('LPOP', ring)
-          redis.call('HDEL', state, 'a:' .. t, 'd:' .. t)
+          redis.call('HDEL', state, 'a:' .. t, 'd:' .. t, 'w:' .. t, 'c:' .. t)
         end
       end
     end
