@@ -214,6 +214,10 @@ class Settings:
     batch_max_size: int = 8
     batch_max_wait_ms: int = 20
     batch_max_pixels: int = 0
+    # Device priority: a synthesis batch takes the device in chunks of about this long (by the
+    # measured per-item time), so a waiting interactive batch runs after one chunk; 0 = whole
+    # batches (docs/gpu-worker.md#device-priority).
+    device_max_pass_ms: int = 250
     # Simulates a device with room for this many foreground input pixels per forward pass
     # (raises the real torch.cuda.OutOfMemoryError beyond it); 0 = off. Tests, capacity drills.
     device_memory_budget_pixels: int = 0
@@ -443,6 +447,7 @@ class Settings:
             batch_max_size=_int(e, "SPLATQ_BATCH_MAX_SIZE", d.batch_max_size, 1),
             batch_max_wait_ms=_int(e, "SPLATQ_BATCH_MAX_WAIT_MS", d.batch_max_wait_ms, 0),
             batch_max_pixels=_int(e, "SPLATQ_BATCH_MAX_PIXELS", d.batch_max_pixels, 0),
+            device_max_pass_ms=_int(e, "SPLATQ_DEVICE_MAX_PASS_MS", d.device_max_pass_ms, 0),
             device_memory_budget_pixels=_int(
                 e, "SPLATQ_DEVICE_MEMORY_BUDGET_PIXELS", d.device_memory_budget_pixels, 0
             ),

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,6 +22,7 @@ from splatq.services.gpu_worker.artifacts import (
     stage_and_verify,
 )
 from splatq.services.gpu_worker.batching import DynamicBatcher
+from splatq.services.gpu_worker.device_scheduler import ChunkSizer, DeviceScheduler, Priority
 from splatq.services.gpu_worker.gaussians import Gaussians
 from splatq.services.gpu_worker.images import decode_image
 from splatq.services.gpu_worker.metrics import GpuMetrics
@@ -46,6 +48,8 @@ from splatq.shared.storage.store import (
 
 log = structlog.get_logger("splatq.gpu_worker")
 QUALITIES = ("preview", "full")
+# Interactive (preview) passes go before synthesis (full) passes on the device.
+PRIORITIES = {"preview": Priority.INTERACTIVE, "full": Priority.SYNTHESIS}
 
 
 class InputMissing(PermanentError):
@@ -91,6 +95,13 @@ class GpuJobHandler:
         self.budget = MemoryBudget(settings.device_memory_budget_pixels)
         self.decode_limits = DecodeLimits.from_settings(settings)
         self.forward_passes = 0
+        self.device_scheduler = DeviceScheduler()
+        # (quality, items) of every forward pass, last 1,000: what ran on the device, in order
+        self.pass_log: deque[tuple[str, int]] = deque(maxlen=1000)
+        self.synthesis_chunks = ChunkSizer(
+            settings.device_max_pass_ms / 1000, settings.batch_max_size
+        )
+        self._cuda_streams: dict[Priority, Any] = {}
         self.batchers: dict[str, DynamicBatcher[_Item, Gaussians]] = {
             q: DynamicBatcher(
                 run_batch=self._make_runner(q),
@@ -103,6 +114,12 @@ class GpuJobHandler:
 
     async def startup(self) -> None:
         await asyncio.to_thread(self.model.load, self.device)
+        if self.device.type == "cuda":
+            # CUDA runs a higher-priority stream's kernels first when both have work queued.
+            self._cuda_streams = {
+                Priority.INTERACTIVE: torch.cuda.Stream(self.device, priority=-1),  # type: ignore[no-untyped-call]
+                Priority.SYNTHESIS: torch.cuda.Stream(self.device, priority=0),  # type: ignore[no-untyped-call]
+            }
         for b in self.batchers.values():
             b.start()
         log.info(
@@ -176,29 +193,60 @@ class GpuJobHandler:
     # -- batches --------------------------------------------------------------------------
 
     def _make_runner(self, quality: str) -> Any:
+        priority = PRIORITIES[quality]
+
         async def run(items: list[_Item]) -> list[Gaussians | BaseException]:
             now = time.monotonic()
             if self.metrics is not None:
                 self.metrics.batch_size.labels(quality).observe(len(items))
                 for it in items:
                     self.metrics.queue_wait.labels(quality).observe(now - it.enqueued_at)
-            results = await asyncio.to_thread(self._infer_blocking, quality, items)
+            results: list[Gaussians | BaseException] = []
+            done = 0
+            while done < len(items):
+                # A synthesis batch takes the device one chunk at a time, so a waiting
+                # interactive batch runs after the current chunk, not after the whole batch.
+                size = (
+                    len(items)
+                    if priority == Priority.INTERACTIVE
+                    else (self.synthesis_chunks.size())
+                )
+                chunk = items[done : done + size]
+                async with self.device_scheduler.turn(priority):
+                    started = time.monotonic()
+                    results.extend(
+                        await asyncio.to_thread(self._infer_blocking, quality, priority, chunk)
+                    )
+                    elapsed = time.monotonic() - started
+                if priority == Priority.SYNTHESIS:
+                    self.synthesis_chunks.observe(len(chunk), elapsed)
+                done += len(chunk)
             if self.metrics is not None:
                 self.metrics.inference_seconds.labels(quality).observe(time.monotonic() - now)
                 self._sample_device_memory()
-            return list(results)
+            return results
 
         return run
 
     def _infer_blocking(
-        self, quality: str, items: list[_Item]
+        self, quality: str, priority: Priority, items: list[_Item]
     ) -> list[Gaussians | DeviceOutOfMemory]:
+        stream = self._cuda_streams.get(priority)
+
         def forward(batch: Any) -> list[Gaussians]:
             self.forward_passes += 1
-            images = torch.stack([it.image for it in batch]).to(self.device)
-            self.budget.check(images)
-            with torch.inference_mode():
-                return self.model.infer(images)
+            self.pass_log.append((quality, len(batch)))
+            images = torch.stack([it.image for it in batch])
+            if stream is None:
+                self.budget.check(images)
+                with torch.inference_mode():
+                    return self.model.infer(images.to(self.device))
+            with torch.cuda.stream(stream), torch.inference_mode():
+                images = images.to(self.device, non_blocking=True)
+                self.budget.check(images)
+                out = self.model.infer(images)
+                stream.synchronize()  # results are complete before another stream reads them
+                return out
 
         def on_split(n: int) -> None:
             if self.metrics is not None:
