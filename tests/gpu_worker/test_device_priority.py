@@ -11,7 +11,7 @@ import torch
 from splatq.services.gpu_worker.device_scheduler import ChunkSizer, DeviceScheduler, Priority
 from splatq.services.gpu_worker.handler import GpuJobHandler, _Item
 from splatq.shared.settings import Settings
-from tests.conftest import GpuHandlerFactory
+from tests.conftest import GpuHandlerFactory, wait_until
 
 
 async def test_a_waiting_interactive_turn_goes_before_waiting_synthesis_turns() -> None:
@@ -115,11 +115,10 @@ async def test_a_preview_batch_runs_after_one_synthesis_chunk_not_the_whole_batc
 
     full = [asyncio.create_task(handler.batchers["full"].submit(item("full"))) for _ in range(8)]
 
-    async def first_chunk_running() -> None:
-        while not handler.pass_log:
-            await asyncio.sleep(0.005)
+    async def first_chunk_running() -> bool:
+        return bool(handler.pass_log)
 
-    await asyncio.wait_for(first_chunk_running(), timeout=10)
+    await wait_until(first_chunk_running, timeout_s=10, interval_s=0.005)
     preview = await asyncio.wait_for(handler.batchers["preview"].submit(item("preview")), 10)
     await asyncio.gather(*full)
     assert preview.count > 0
