@@ -15,9 +15,10 @@ import structlog
 import torch
 
 from splatq.services.gpu_worker.artifacts import (
-    commit_all,
+    BeforeCommit,
     discard_all,
     encode_artifacts,
+    publish,
     stage_and_verify,
 )
 from splatq.services.gpu_worker.batching import DynamicBatcher
@@ -91,6 +92,8 @@ class GpuJobHandler:
         self.budget = MemoryBudget(settings.device_memory_budget_pixels)
         self.decode_limits = DecodeLimits.from_settings(settings)
         self.forward_passes = 0
+        # Tests inject a failure at the publish step here (see artifacts.publish).
+        self.before_commit: BeforeCommit | None = None
         self.batchers: dict[str, DynamicBatcher[_Item, Gaussians]] = {
             q: DynamicBatcher(
                 run_batch=self._make_runner(q),
@@ -164,7 +167,7 @@ class GpuJobHandler:
         except BaseException:
             await discard_all(self.storage, staged)
             raise
-        await commit_all(self.storage, staged)
+        await publish(self.storage, staged, self.before_commit)
         base = self.settings.public_base_url
         return JobOutcome(
             artifacts={name: artifact_url(base, ctx.job.id, name) for name in ARTIFACT_FILES},

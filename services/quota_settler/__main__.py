@@ -13,10 +13,10 @@ from splatq.shared.settings import Settings
 from splatq.shared.tenants.quota import QuotaBook
 
 
-async def run(settings: Settings, settler_factory: type[Settler] = Settler) -> None:
+async def run(settings: Settings) -> None:
     configure_logging(settings.log_level, settings.log_format, "settler")
     redis = connect(settings.redis_url, client_name="splatq-settler")
-    settler = settler_factory(JobQueue(redis, settings), QuotaBook(redis))
+    settler = Settler(JobQueue(redis, settings), QuotaBook(redis))
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, settler.stop)
