@@ -45,6 +45,7 @@ SETTLER_GROUP = "quota-settler"
 BATCH = 100
 BLOCK_MS = 500
 RETRY_MAX_S = 5.0
+STOP_WAIT_S = 5.0
 
 
 class Boundary(StrEnum):
@@ -115,7 +116,10 @@ class Settler:
         loops.append(asyncio.create_task(self._loop("sweep", self._sweep_then_wait)))
         log.info("settler.started", consumer=self.consumer)
         await self._stopping.wait()
-        for t in loops:
+        # Each loop ends after its current batch (a blocking read lasts BLOCK_MS at most);
+        # one still busy after that is canceled: its events stay pending, read again later.
+        _, busy = await asyncio.wait(loops, timeout=STOP_WAIT_S)
+        for t in busy:
             t.cancel()
         for t in loops:
             with contextlib.suppress(asyncio.CancelledError):
@@ -124,7 +128,7 @@ class Settler:
 
     async def _loop(self, name: str, once: Callable[[], object]) -> None:
         delay = 0.05
-        while True:
+        while not self._stopping.is_set():
             try:
                 await once()  # type: ignore[misc]
                 delay = 0.05
@@ -132,7 +136,8 @@ class Settler:
                 raise
             except (RedisError, OSError) as exc:
                 log.warning("settler.redis_error", loop=name, error=type(exc).__name__)
-                await asyncio.sleep(delay)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._stopping.wait(), delay)
                 delay = min(delay * 2, RETRY_MAX_S)
 
     async def _sweep_then_wait(self) -> None:
