@@ -16,6 +16,9 @@ from splatq.services.dlq_cli import add_commands as add_dlq_commands
 from splatq.services.dlq_cli import run_dlq_command
 from splatq.services.dlq_redriver.parser import add_commands as add_redriver_commands
 from splatq.services.stack import DEFAULT_REDIS_PORT, run_stack
+from splatq.services.tenant_cli import COMMANDS as TENANT_COMMANDS
+from splatq.services.tenant_cli import add_commands as add_tenant_commands
+from splatq.services.tenant_cli import run_tenant_command
 from splatq.shared.engine.worker import load_handler_factory
 from splatq.shared.settings import Settings, SettingsError
 
@@ -37,8 +40,10 @@ def _parser() -> argparse.ArgumentParser:
     )
     sub.add_parser("gateway", help="run the REST gateway (SPLATQ_GATEWAY_PORT)")
     sub.add_parser("dispatcher", help="run the webhook dispatcher")
+    sub.add_parser("settler", help="run the GPU-quota settler (settles/releases reservations)")
     add_commands(sub)
     add_dlq_commands(sub)
+    add_tenant_commands(sub)
     add_redriver_commands(sub)
     d = sub.add_parser("demo", help="run the stack, reconstruct the bundled sample, verify")
     d.add_argument("--quality", choices=["preview", "full"], default="preview")
@@ -54,7 +59,7 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def main(argv: Sequence[str] | None = None) -> int:  # noqa: PLR0911 - a branch per family
     args = _parser().parse_args(argv)
     try:
         settings = Settings.from_env()
@@ -65,6 +70,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return run_client_command(args, settings)
     if args.command == "dlq":
         return run_dlq_command(args, settings)
+    if args.command in TENANT_COMMANDS:
+        return run_tenant_command(args, settings)
     if args.command in {"redriver", "tasks"}:
         from splatq.services.dlq_redriver import commands as redriver  # noqa: PLC0415
 
@@ -76,6 +83,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "demo": _demo,
         "gateway": _gateway,
         "dispatcher": _dispatcher,
+        "settler": _settler,
         "worker": lambda a, s: _worker(s, a.handler, a.concurrency),
     }
     return commands[args.command](args, settings) if args.command in commands else EXIT_USAGE
@@ -96,6 +104,13 @@ def _demo(args: argparse.Namespace, settings: Settings) -> int:
 
 def _dispatcher(args: argparse.Namespace, settings: Settings) -> int:
     from splatq.services.webhook_dispatcher.__main__ import run  # noqa: PLC0415
+
+    asyncio.run(run(settings))
+    return 0
+
+
+def _settler(args: argparse.Namespace, settings: Settings) -> int:
+    from splatq.services.quota_settler.__main__ import run  # noqa: PLC0415
 
     asyncio.run(run(settings))
     return 0

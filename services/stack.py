@@ -32,12 +32,14 @@ class ServiceSpec:
 
 
 def services_to_run(settings: Settings) -> list[ServiceSpec]:
-    """One process of each service: gateway, worker, webhook dispatcher, DLQ redriver."""
+    """One process of each service: gateway, worker, webhook dispatcher, DLQ redriver, quota
+    settler."""
     return [
         ServiceSpec("gateway", (sys.executable, "-m", "splatq.services.cli", "gateway")),
         ServiceSpec("worker", (sys.executable, "-m", "splatq.services.cli", "worker")),
         ServiceSpec("dispatcher", (sys.executable, "-m", "splatq.services.cli", "dispatcher")),
         ServiceSpec("redriver", (sys.executable, "-m", "splatq.services.cli", "redriver")),
+        ServiceSpec("settler", (sys.executable, "-m", "splatq.services.cli", "settler")),
     ]
 
 

@@ -88,6 +88,27 @@ def _api_keys(raw: str) -> Mapping[str, str]:
     return keys
 
 
+DEFAULT_QUOTA_ESTIMATES_MS: Mapping[str, int] = {"preview": 15_000, "full": 120_000}
+
+
+def _quota_estimates(raw: str) -> Mapping[str, int]:
+    """Parse `preview:15,full:120` (GPU-seconds per quality) into {quality: ms}."""
+    table = dict(DEFAULT_QUOTA_ESTIMATES_MS)
+    for item in filter(None, (part.strip() for part in raw.split(","))):
+        quality, sep, seconds = item.partition(":")
+        try:
+            value = float(seconds)
+        except ValueError:
+            value = -1.0
+        if not sep or quality not in table or value < 0:
+            raise SettingsError(
+                f"SPLATQ_QUOTA_ESTIMATE_S entries must be quality:seconds with quality in"
+                f" {sorted(table)}, got {item!r}"
+            )
+        table[quality] = round(value * 1000)
+    return table
+
+
 @dataclass(frozen=True, slots=True)
 class Settings:
     """Every tunable of splatq; defaults work for a local stack."""
@@ -134,6 +155,22 @@ class Settings:
     # most redis_wait_timeout_ms). 0 = off: asynchronous replication, the Redis default.
     redis_wait_replicas: int = 0
     redis_wait_timeout_ms: int = 500
+    # Tenants in Redis (shared/tenants/): the admin API's key (empty = admin API off), and how
+    # long the gateway trusts a looked-up API key (a revoke takes effect within this), in a
+    # cache of at most this many keys per process.
+    admin_api_key: str = ""
+    api_key_cache_s: float = 5.0
+    api_key_cache_size: int = 10_000
+    # GPU quotas: GPU time reserved per job at submission, by quality (settled to the
+    # measured time when it completes); the settler's sweep of reservations whose job ended
+    # unseen (interval, and how old a reservation must be before it is looked at); how long
+    # a dead settler's unacknowledged events wait before another settler takes them.
+    quota_estimates_ms: Mapping[str, int] = field(
+        default_factory=lambda: dict(DEFAULT_QUOTA_ESTIMATES_MS)
+    )
+    quota_sweep_interval_s: float = 60.0
+    quota_sweep_grace_s: float = 600.0
+    quota_reclaim_idle_ms: int = 30_000
     # What the `splatq submit|status|cancel` client commands talk to.
     api_url: str = ""
     api_key: str = ""
@@ -349,6 +386,19 @@ class Settings:
             ),
             max_backlog_synthesis=_int(
                 e, "SPLATQ_MAX_BACKLOG_SYNTHESIS", d.max_backlog_synthesis, 0
+            ),
+            admin_api_key=e.get("SPLATQ_ADMIN_API_KEY", "").strip(),
+            api_key_cache_s=_float(e, "SPLATQ_API_KEY_CACHE_S", d.api_key_cache_s, 0.0, 300.0),
+            api_key_cache_size=_int(e, "SPLATQ_API_KEY_CACHE_SIZE", d.api_key_cache_size, 1),
+            quota_estimates_ms=_quota_estimates(e.get("SPLATQ_QUOTA_ESTIMATE_S", "")),
+            quota_sweep_interval_s=_float(
+                e, "SPLATQ_QUOTA_SWEEP_INTERVAL_S", d.quota_sweep_interval_s, 0.01, 86400.0
+            ),
+            quota_sweep_grace_s=_float(
+                e, "SPLATQ_QUOTA_SWEEP_GRACE_S", d.quota_sweep_grace_s, 0.0, 30 * 86400.0
+            ),
+            quota_reclaim_idle_ms=_int(
+                e, "SPLATQ_QUOTA_RECLAIM_IDLE_MS", d.quota_reclaim_idle_ms, 10
             ),
             api_url=e.get("SPLATQ_API_URL", "").strip().rstrip("/"),
             api_key=e.get("SPLATQ_API_KEY", "").strip(),

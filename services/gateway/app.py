@@ -28,6 +28,7 @@ from redis.exceptions import (
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from splatq.services.gateway.auth import KEY_RESOLVER, KeyResolver
 from splatq.services.gateway.decode_slots import DecodeSlots
 from splatq.services.gateway.images import decode_limits
 from splatq.services.gateway.metrics import GatewayMetrics, method_label
@@ -41,6 +42,8 @@ from splatq.shared.redis.client import connect
 from splatq.shared.redis.replica_wait import ReplicaWait
 from splatq.shared.settings import Settings
 from splatq.shared.storage.store import Storage, StorageUnavailable, open_storage
+from splatq.shared.tenants.quota import QuotaBook
+from splatq.shared.tenants.store import TenantStore
 
 log = structlog.get_logger("splatq.gateway")
 
@@ -56,6 +59,8 @@ METRICS = web.AppKey("metrics", GatewayMetrics)
 REGISTRY_KEY = web.AppKey("registry", CollectorRegistry)
 DECODE_SLOTS = web.AppKey("decode_slots", DecodeSlots)
 DECODE_LIMITS = web.AppKey("decode_limits", DecodeLimits)
+TENANTS = web.AppKey("tenants", TenantStore)
+QUOTAS = web.AppKey("quotas", QuotaBook)
 TRACE_ID = web.RequestKey("trace_id", str)
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -220,6 +225,11 @@ def create_app(
         await queue.setup()
         app[QUEUE] = queue
         app[SSE_QUEUE] = JobQueue(sse_redis, settings)
+        app[TENANTS] = TenantStore(redis)
+        app[QUOTAS] = QuotaBook(redis)
+        app[KEY_RESOLVER] = KeyResolver(
+            settings.api_keys, app[TENANTS], settings.api_key_cache_s, settings.api_key_cache_size
+        )
         app[REPLICA_WAIT] = ReplicaWait(
             redis, settings.redis_wait_replicas, settings.redis_wait_timeout_ms
         )

@@ -1,38 +1,120 @@
-"""Bearer API keys → tenant. Static keys from SPLATQ_API_KEYS (development, tests).
+"""Bearer API keys -> tenant: static keys from SPLATQ_API_KEYS, and keys kept in Redis
+(`shared/tenants/store.py`, stored as their SHA-256) behind a small per-process cache.
+
+The cache holds at most SPLATQ_API_KEY_CACHE_SIZE lookups (least recently used go first),
+each for SPLATQ_API_KEY_CACHE_S seconds: a key revoked in Redis stops working on every
+gateway within that many seconds, and a key's own expiry (a rotation's grace) is checked on
+every request. Unknown keys are cached too (so a flood of bad keys costs Redis one lookup per
+key and period). Keys are never logged; the cache is keyed by their hash.
 
 Authentication only; what a tenant may see is decided by the handlers (tenant isolation).
+The admin API has its own key (SPLATQ_ADMIN_API_KEY, `authenticate_admin`).
 """
 
 from __future__ import annotations
 
 import hmac
+import time
+from collections import OrderedDict
 from collections.abc import Mapping
 
 from aiohttp import web
 
 from splatq.services.gateway.problems import ApiError
+from splatq.shared.tenants.apikeys import key_hash
+from splatq.shared.tenants.store import TenantStore, is_live
 
 _REALM = 'Bearer realm="splatq"'
+_INVALID = f'{_REALM}, error="invalid_token"'
 
 
 def _unauthorized(detail: str, challenge: str) -> ApiError:
     return ApiError(401, "unauthorized", detail, {"WWW-Authenticate": challenge})
 
 
-def authenticate(request: web.Request, api_keys: Mapping[str, str]) -> str:
-    """The tenant of the request's `Authorization: Bearer <key>`, or 401."""
+class KeyResolver:
+    """Static keys first (constant-time compare per key), then Redis through the cache."""
+
+    def __init__(
+        self,
+        static: Mapping[str, str],
+        store: TenantStore | None,
+        ttl_s: float,
+        max_entries: int,
+    ) -> None:
+        self._static = [(k.encode(), t) for k, t in static.items()]
+        self._store = store
+        self._ttl_s = ttl_s
+        self._max = max_entries
+        # sha256(key) -> (tenant or '' when unknown, key expiry ms (0 = never), cached until)
+        self._cache: OrderedDict[str, tuple[str, int, float]] = OrderedDict()
+        self.lookups = 0  # Redis lookups made (tests, metrics)
+
+    def static_tenant(self, token: str) -> str | None:
+        encoded = token.encode()
+        for key, tenant in self._static:
+            # Constant-time per key: how much of a key matched never shows in the timing.
+            if hmac.compare_digest(key, encoded):
+                return tenant
+        return None
+
+    async def tenant_for(self, token: str) -> str | None:
+        tenant = self.static_tenant(token)
+        if tenant is not None or self._store is None:
+            return tenant
+        digest = key_hash(token)
+        now = time.monotonic()
+        hit = self._cache.get(digest)
+        if hit is None or hit[2] <= now:
+            self.lookups += 1
+            match = await self._store.lookup(token)
+            hit = (
+                (match.tenant, match.expires_ms, now + self._ttl_s)
+                if match
+                else ("", 0, now + self._ttl_s)
+            )
+            self._cache[digest] = hit
+            if len(self._cache) > self._max:
+                self._cache.popitem(last=False)
+        self._cache.move_to_end(digest)
+        tenant, expires_ms, _ = hit
+        return tenant if tenant and is_live(expires_ms, time.time()) else None
+
+
+KEY_RESOLVER = web.AppKey("key_resolver", KeyResolver)
+
+
+def bearer_token(request: web.Request) -> str:
+    """The request's `Authorization: Bearer <key>` token, or 401."""
     header = request.headers.get("Authorization", "")
     scheme, _, token = header.partition(" ")
     if scheme.lower() != "bearer" or not token.strip():
         raise _unauthorized("missing or malformed Authorization: Bearer <api key>", _REALM)
     token = token.strip()
-    invalid = f'{_REALM}, error="invalid_token"'
     if not (token.isascii() and token.isprintable()):
         # Undecodable bytes arrive as surrogates (they cannot even be encoded to compare);
         # no key is made of them.
-        raise _unauthorized("malformed API key: visible ASCII characters only", invalid)
-    for key, tenant in api_keys.items():
-        # Constant-time per key: how much of a key matched never shows in the timing.
-        if hmac.compare_digest(key.encode(), token.encode()):
-            return tenant
-    raise _unauthorized("unknown API key", invalid)
+        raise _unauthorized("malformed API key: visible ASCII characters only", _INVALID)
+    return token
+
+
+async def authenticate(request: web.Request) -> str:
+    """The tenant of the request's API key, or 401."""
+    token = bearer_token(request)
+    tenant = await request.app[KEY_RESOLVER].tenant_for(token)
+    if tenant is None:
+        raise _unauthorized("unknown API key", _INVALID)
+    return tenant
+
+
+async def authenticate_admin(request: web.Request, admin_key: str) -> None:
+    """Admin API access: 403 `admin_disabled` without SPLATQ_ADMIN_API_KEY, 401 without a
+    key or with an unknown one, 403 `forbidden` with a tenant's key, else allowed."""
+    if not admin_key:
+        raise ApiError(403, "admin_disabled", "the admin API is off (no SPLATQ_ADMIN_API_KEY)")
+    token = bearer_token(request)
+    if hmac.compare_digest(admin_key.encode(), token.encode()):
+        return
+    if await request.app[KEY_RESOLVER].tenant_for(token) is not None:
+        raise ApiError(403, "forbidden", "this is a tenant's API key, not the admin key")
+    raise _unauthorized("unknown API key", _INVALID)

@@ -151,7 +151,7 @@ async def create_endpoint(request: web.Request) -> web.Response:
     """Register an endpoint; the answer carries its signing secret (shown here and after a
     rotation only)."""
     settings = request.app[SETTINGS]
-    tenant = authenticate(request, settings.api_keys)
+    tenant = await authenticate(request)
     doc = await _json_body(request)
     _check_fields(doc, CREATE_FIELDS)
     if "url" not in doc:
@@ -167,7 +167,7 @@ async def create_endpoint(request: web.Request) -> web.Response:
 
 
 async def list_endpoints(request: web.Request) -> web.Response:
-    tenant = authenticate(request, request.app[SETTINGS].api_keys)
+    tenant = await authenticate(request)
     base_url = request.app[SETTINGS].public_base_url
     now_ms = int(time.time() * 1000)
     endpoints = await _store(request).of_tenant(tenant)
@@ -176,14 +176,14 @@ async def list_endpoints(request: web.Request) -> web.Response:
 
 
 async def get_endpoint(request: web.Request) -> web.Response:
-    tenant = authenticate(request, request.app[SETTINGS].api_keys)
+    tenant = await authenticate(request)
     return _respond(request, await _owned(request, tenant))
 
 
 async def update_endpoint(request: web.Request) -> web.Response:
     """Change url, events or enabled. Enabling clears the endpoint's failure record."""
     settings = request.app[SETTINGS]
-    tenant = authenticate(request, settings.api_keys)
+    tenant = await authenticate(request)
     doc = await _json_body(request)
     _check_fields(doc, UPDATE_FIELDS)
     url = None
@@ -203,7 +203,7 @@ async def update_endpoint(request: web.Request) -> web.Response:
 
 async def delete_endpoint(request: web.Request) -> web.Response:
     """Remove the endpoint; its pending messages are dropped, nothing more is sent to it."""
-    tenant = authenticate(request, request.app[SETTINGS].api_keys)
+    tenant = await authenticate(request)
     if not await _store(request).delete(tenant, request.match_info["endpoint_id"]):
         raise not_found("webhook endpoint")
     return web.Response(status=204)
@@ -211,7 +211,7 @@ async def delete_endpoint(request: web.Request) -> web.Response:
 
 async def rotate_secret(request: web.Request) -> web.Response:
     """A new secret; deliveries carry signatures with both secrets for the overlap period."""
-    tenant = authenticate(request, request.app[SETTINGS].api_keys)
+    tenant = await authenticate(request)
     rotated = await _store(request).rotate_secret(tenant, request.match_info["endpoint_id"])
     if rotated is None:
         raise not_found("webhook endpoint")
@@ -221,7 +221,7 @@ async def rotate_secret(request: web.Request) -> web.Response:
 async def recover(request: web.Request) -> web.Response:
     """Send again the endpoint's failed (dead-lettered) messages since a time."""
     settings = request.app[SETTINGS]
-    tenant = authenticate(request, settings.api_keys)
+    tenant = await authenticate(request)
     endpoint = await _owned(request, tenant)
     doc = await _json_body(request)
     _check_fields(doc, frozenset({"since"}))

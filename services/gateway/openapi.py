@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from splatq.services.gateway.openapi_tenants import SCHEMAS as TENANT_SCHEMAS
+from splatq.services.gateway.openapi_tenants import tenant_paths
 from splatq.shared.engine.events import EventType
 
 _PROBLEM_CODES = [
@@ -15,7 +17,8 @@ _PROBLEM_CODES = [
     "image_too_large", "idempotency_key_reused", "rate_limited", "tenant_backlog_full",
     "overloaded",
     "internal_error", "endpoint_limit_reached", "endpoint_disabled", "too_many_streams",
-    "unavailable", "not_replicated",
+    "unavailable", "not_replicated", "quota_exceeded", "forbidden", "admin_disabled",
+    "tenant_exists",
 ]  # fmt: skip
 
 
@@ -158,7 +161,9 @@ def openapi_document(server_url: str) -> dict[str, Any]:
                         ),
                         "429": _problem(
                             "rate_limited, or too_many_decodes (the API key already has "
-                            "SPLATQ_DECODE_CONCURRENCY_PER_TENANT uploads being decoded)",
+                            "SPLATQ_DECODE_CONCURRENCY_PER_TENANT uploads being decoded), or "
+                            "quota_exceeded (the tenant's GPU quota cannot hold the job's "
+                            "estimate; Retry-After and `resets_at` say when the period resets)",
                             _RETRY_AFTER,
                         ),
                         "503": _problem(
@@ -310,6 +315,7 @@ def openapi_document(server_url: str) -> dict[str, Any]:
                 }
             },
             **_endpoint_paths(event_names),
+            **tenant_paths(),
             "/healthz": {
                 "get": {
                     "operationId": "healthz",
@@ -361,7 +367,14 @@ def openapi_document(server_url: str) -> dict[str, Any]:
             },
         },
         "components": {
-            "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
+            "securitySchemes": {
+                "bearer": {"type": "http", "scheme": "bearer"},
+                "adminKey": {
+                    "type": "http",
+                    "scheme": "bearer",
+                    "description": "SPLATQ_ADMIN_API_KEY (the /v1/admin/ paths only)",
+                },
+            },
             "schemas": {
                 "Problem": {
                     "type": "object",
@@ -375,6 +388,7 @@ def openapi_document(server_url: str) -> dict[str, Any]:
                     },
                 },
                 "WebhookEndpoint": _ENDPOINT_SCHEMA,
+                **TENANT_SCHEMAS,
                 "Job": {
                     "type": "object",
                     "required": [

@@ -6,6 +6,7 @@ The one place HTTP statuses meet error codes; handlers raise `ApiError`, nothing
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any
 
 import orjson
 from aiohttp import web
@@ -15,6 +16,7 @@ PROBLEM_TYPE_BASE = "https://splatq.dev/problems/"
 TITLES: Mapping[int, str] = {
     400: "Bad Request",
     401: "Unauthorized",
+    403: "Forbidden",
     404: "Not Found",
     405: "Method Not Allowed",
     409: "Conflict",
@@ -36,12 +38,15 @@ class ApiError(Exception):
         code: str,
         detail: str,
         headers: Mapping[str, str] | None = None,
+        extra: Mapping[str, Any] | None = None,
     ) -> None:
         super().__init__(detail)
         self.status = status
         self.code = code
         self.detail = detail
         self.headers = dict(headers or {})
+        # Members added to the problem object (RFC 9457 extensions), e.g. `resets_at`.
+        self.extra = dict(extra or {})
 
 
 def problem_response(error: ApiError) -> web.Response:
@@ -51,6 +56,7 @@ def problem_response(error: ApiError) -> web.Response:
         "status": error.status,
         "detail": error.detail,
         "code": error.code,
+        **error.extra,
     }
     return web.Response(
         status=error.status,

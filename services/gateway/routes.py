@@ -19,11 +19,14 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from redis.exceptions import RedisError
 
+from splatq.services.gateway import quota_gate
+from splatq.services.gateway.admin import add_admin_routes
 from splatq.services.gateway.app import (
     DECODE_LIMITS,
     DECODE_SLOTS,
     METRICS,
     QUEUE,
+    QUOTAS,
     REGISTRY_KEY,
     REPLICA_WAIT,
     SETTINGS,
@@ -90,6 +93,8 @@ def add_routes(app: web.Application) -> None:
     app.router.add_get("/v1/webhook-secret", webhook_secret)
     app.router.add_post("/v1/webhook-secret/rotate", rotate_webhook_secret)
     add_endpoint_routes(app)
+    app.router.add_get("/v1/usage", usage)
+    add_admin_routes(app)
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)
     app.router.add_get("/metrics", metrics)
@@ -123,7 +128,7 @@ async def submit_job(request: web.Request) -> web.Response:
     settings = request.app[SETTINGS]
     queue = request.app[QUEUE]
     counter = request.app[METRICS].submissions
-    tenant = authenticate(request, settings.api_keys)
+    tenant = await authenticate(request)
     allowed, retry_ms = await queue.take_tokens(
         tenant, settings.rate_limit_per_s, settings.rate_limit_burst
     )
@@ -264,18 +269,52 @@ async def _claim_content(
 
 
 async def _enqueue_once(
-    queue: JobQueue, spec: JobSpec, limit: int, tenant_limit: int, policy: TenantPolicy
+    request: web.Request,
+    queue: JobQueue,
+    spec: JobSpec,
+    limit: int,
+    tenant_limit: int,
+    policy: TenantPolicy,
 ) -> EnqueueResult:
-    """Enqueue, waiting out a refusal for now (a slot in migration answers TRYAGAIN until its
-    keys have moved; a failover, CLUSTERDOWN) for up to ENQUEUE_RETRY_BUDGET_S: the script
-    did not run, so sending it again is safe. Longer than that, the client gets 503."""
-    return await while_refused(
+    """Reserve the job's GPU quota under a fresh job id (429 `quota_exceeded`), then enqueue,
+    waiting out a refusal for now (a slot in migration answers TRYAGAIN until its keys have
+    moved; a failover, CLUSTERDOWN) for up to ENQUEUE_RETRY_BUDGET_S: the script did not
+    run, so sending it again is safe. Longer than that, the client gets 503 (and the
+    reservation, whose job may or may not exist, is left to the settler's sweep). A
+    submission that did not create its job gives the reservation back at once."""
+    job_id = queue.new_job_id(spec, policy)
+    reserved = await quota_gate.reserve(request, spec, job_id, policy)
+    result = await while_refused(
         lambda: queue.enqueue(
-            spec, max_backlog=limit, max_tenant_backlog=tenant_limit, policy=policy
+            spec,
+            max_backlog=limit,
+            max_tenant_backlog=tenant_limit,
+            policy=policy,
+            job_id=job_id,
         ),
         ENQUEUE_RETRY_BUDGET_S,
         "enqueue",
     )
+    if reserved and not result.created:
+        await quota_gate.release_refused(request, spec.tenant, job_id)
+    return result
+
+
+async def _enqueue_first(
+    request: web.Request,
+    queue: JobQueue,
+    spec: JobSpec,
+    terms: tuple[int, int, TenantPolicy],
+    existed: bool,
+) -> EnqueueResult:
+    """The first `_enqueue_once`; a refusal by quota leaves nothing behind (like an overload,
+    in `_enqueue`)."""
+    try:
+        return await _enqueue_once(request, queue, spec, *terms)
+    except ApiError:
+        if not existed:
+            await request.app[STORAGE].delete(spec.input_ref)
+        raise
 
 
 async def _enqueue(
@@ -301,7 +340,7 @@ async def _enqueue(
     # Store the input first: once the job is in the stream a worker may start it at once.
     # Inputs are content-addressed, so a repeat or a concurrent twin writes the same object.
     existed = not await storage.put_if_absent(spec.input_ref, submission.image)
-    result = await _enqueue_once(queue, spec, limit, tenant_limit, policy)
+    result = await _enqueue_first(request, queue, spec, (limit, tenant_limit, policy), existed)
     job = result.job
     hops = 0
     while not keyed and not result.created and not result.overloaded:
@@ -318,7 +357,7 @@ async def _enqueue(
             spec = dataclasses.replace(
                 spec, idempotency_key=f"{spec.idempotency_key}|after:{result.job_id}"
             )
-        result = await _enqueue_once(queue, spec, limit, tenant_limit, policy)
+        result = await _enqueue_once(request, queue, spec, limit, tenant_limit, policy)
         job = result.job
     if result.overloaded:
         if not existed:
@@ -367,13 +406,13 @@ async def _enqueue(
 
 
 async def get_job(request: web.Request) -> web.Response:
-    tenant = authenticate(request, request.app[SETTINGS].api_keys)
+    tenant = await authenticate(request)
     job = await _owned_job(request, tenant)
     return _json(job_view(job, request.app[SETTINGS].public_base_url))
 
 
 async def cancel_job(request: web.Request) -> web.Response:
-    tenant = authenticate(request, request.app[SETTINGS].api_keys)
+    tenant = await authenticate(request)
     job = await _owned_job(request, tenant)
     queue = request.app[QUEUE]
     outcome = await queue.cancel(job.id, tenant)
@@ -387,7 +426,7 @@ async def cancel_job(request: web.Request) -> web.Response:
 
 
 async def get_artifact(request: web.Request) -> web.StreamResponse:
-    tenant = authenticate(request, request.app[SETTINGS].api_keys)
+    tenant = await authenticate(request)
     job = await _owned_job(request, tenant)
     name = request.match_info["name"]
     if name not in ARTIFACTS:
@@ -429,8 +468,7 @@ async def get_artifact(request: web.Request) -> web.StreamResponse:
 async def job_events(request: web.Request) -> web.StreamResponse:
     """The job's events as Server-Sent Events, resumable with Last-Event-ID; the stream ends
     after the terminal event. Open streams are capped per tenant and per process (429)."""
-    settings = request.app[SETTINGS]
-    tenant = authenticate(request, settings.api_keys)
+    tenant = await authenticate(request)
     job = await _owned_job(request, tenant)
     after = request.headers.get("Last-Event-ID") or request.query.get("last_event_id") or "0-0"
     if not _valid_stream_id(after):
@@ -494,7 +532,7 @@ async def _stream_events(request: web.Request, job_id: str, after: str) -> web.S
 
 async def job_deliveries(request: web.Request) -> web.Response:
     """Every webhook delivery attempt for this job, oldest first."""
-    tenant = authenticate(request, request.app[SETTINGS].api_keys)
+    tenant = await authenticate(request)
     job = await _owned_job(request, tenant)
     store = WebhookStore(request.app[QUEUE])
     return _json({"job_id": job.id, "deliveries": await store.deliveries(job.id)})
@@ -502,7 +540,7 @@ async def job_deliveries(request: web.Request) -> web.Response:
 
 async def webhook_secret(request: web.Request) -> web.Response:
     """The tenant's signing secret for per-job webhook_urls (created on first use)."""
-    tenant = authenticate(request, request.app[SETTINGS].api_keys)
+    tenant = await authenticate(request)
     store = WebhookStore(request.app[QUEUE])
     secret = await store.tenant_secret(tenant)
     return _secret_response(secret, await store.previous_secret_expires_ms(tenant))
@@ -510,7 +548,7 @@ async def webhook_secret(request: web.Request) -> web.Response:
 
 async def rotate_webhook_secret(request: web.Request) -> web.Response:
     """A new tenant secret; deliveries carry signatures with both for the overlap."""
-    tenant = authenticate(request, request.app[SETTINGS].api_keys)
+    tenant = await authenticate(request)
     store = WebhookStore(request.app[QUEUE])
     secret = await store.rotate_tenant_secret(tenant)
     return _secret_response(secret, await store.previous_secret_expires_ms(tenant))
@@ -524,6 +562,15 @@ def _secret_response(secret: str, previous_expires_ms: int) -> web.Response:
             "previous_secret_expires_at": rfc3339(previous_expires_ms),
         }
     )
+
+
+# -- quota ----------------------------------------------------------------------------------
+
+
+async def usage(request: web.Request) -> web.Response:
+    """The calling tenant's GPU quota in the current period: quota, reserved, used, reset."""
+    tenant = await authenticate(request)
+    return _json(quota_gate.usage_view(await request.app[QUOTAS].usage(tenant)))
 
 
 # -- operations -----------------------------------------------------------------------------

@@ -6,7 +6,7 @@ Encoding is pure (runs in a worker thread); staging and committing go through `S
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 
 from splatq.services.gpu_worker import formats
@@ -70,6 +70,33 @@ async def stage_and_verify(
 async def commit_all(storage: Storage, staged: Mapping[str, Staged]) -> None:
     for s in staged.values():
         await storage.commit(s)
+
+
+BeforeCommit = Callable[[str], Awaitable[None]]
+
+
+async def publish(
+    storage: Storage, staged: Mapping[str, Staged], before_commit: BeforeCommit | None = None
+) -> None:
+    """Commit every staged file, or none: a failure part-way (storage, a cancellation, or a
+    fault a test injects through `before_commit`, called with each file's name) removes the
+    files this call committed and the staged ones, then re-raises. The job then ends without
+    artifacts (failed, or retried for a transient error) and its terminal event releases
+    its quota reservation: the saga's rollback at its last step."""
+    committed: list[Staged] = []
+    try:
+        for name, s in staged.items():
+            if before_commit is not None:
+                await before_commit(name)
+            await storage.commit(s)
+            committed.append(s)
+    except BaseException:
+        for s in staged.values():
+            if s in committed:
+                await storage.delete(s.key)
+            else:
+                await storage.discard(s)
+        raise
 
 
 async def discard_all(storage: Storage, staged: Mapping[str, Staged]) -> None:

@@ -16,9 +16,10 @@ import structlog
 import torch
 
 from splatq.services.gpu_worker.artifacts import (
-    commit_all,
+    BeforeCommit,
     discard_all,
     encode_artifacts,
+    publish,
     stage_and_verify,
 )
 from splatq.services.gpu_worker.batching import DynamicBatcher
@@ -102,6 +103,8 @@ class GpuJobHandler:
             settings.device_max_pass_ms / 1000, settings.batch_max_size
         )
         self._cuda_streams: dict[Priority, Any] = {}
+        # Tests inject a failure at the publish step here (see artifacts.publish).
+        self.before_commit: BeforeCommit | None = None
         self.batchers: dict[str, DynamicBatcher[_Item, Gaussians]] = {
             q: DynamicBatcher(
                 run_batch=self._make_runner(q),
@@ -181,7 +184,7 @@ class GpuJobHandler:
         except BaseException:
             await discard_all(self.storage, staged)
             raise
-        await commit_all(self.storage, staged)
+        await publish(self.storage, staged, self.before_commit)
         base = self.settings.public_base_url
         return JobOutcome(
             artifacts={name: artifact_url(base, ctx.job.id, name) for name in ARTIFACT_FILES},

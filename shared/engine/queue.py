@@ -205,26 +205,43 @@ class JobQueue:
         """The deployment's default terms for `tenant` (weights and caps from Settings)."""
         return self.settings.fairness.policy(tenant, stream)
 
+    def new_job_id(self, spec: JobSpec, policy: TenantPolicy | None = None) -> str:
+        """A fresh id for `spec`'s job in the partition `enqueue` routes it to (under the same
+        `policy`): a caller that must record something under the id before the job exists
+        (a quota reservation) passes it to `enqueue(job_id=...)`."""
+        if policy is None:
+            policy = self.settings.fairness.policy(spec.tenant, spec.stream)
+        return new_job_id(self.route(spec.tenant, spec.idempotency_key, policy))
+
     async def enqueue(
         self,
         spec: JobSpec,
         max_backlog: int = 0,
         max_tenant_backlog: int = 0,
         policy: TenantPolicy | None = None,
+        job_id: str = "",
     ) -> EnqueueResult:
         """Create the job and put it in line in one script; returns once Redis has it. With
         fair scheduling (the default) it waits in its tenant's queue under `policy` (the
         Settings defaults when None) until a worker's take moves it into the stream. With
         `max_backlog`, a stream partition holding that many jobs refuses new work
         (`overloaded`); with `max_tenant_backlog`, so does a tenant with that many unfinished
-        jobs in it. A repeat of a claimed key still gets its job either way."""
+        jobs in it. A repeat of a claimed key still gets its job either way. `job_id`, when
+        given, must come from `new_job_id(spec)` and be used once."""
         stream = spec.stream
         fairness = self.settings.fairness
         if policy is None:
             policy = fairness.policy(spec.tenant, stream)
         partition = self.route(spec.tenant, spec.idempotency_key, policy)
         fair_arg = fairness.argument(spec.quality, policy, self.group) if fairness.enabled else ""
-        job_id = new_job_id(partition)
+        if (
+            job_id
+            and partition_of(job_id) != partition
+            and (spec.idempotency_key or (policy.max_running > 0 and self.settings.fair_scheduling))
+        ):
+            raise ValueError(f"{job_id} is not in the partition its job is routed to")
+        job_id = job_id or new_job_id(partition)
+        partition = partition_of(job_id)
         keys = [
             self.keys.job(job_id),
             self.keys.stream(partition, stream),

@@ -1,0 +1,1 @@
+"""Tenants as data: their settings and API keys in Redis, and the GPU-quota saga."""
