@@ -34,6 +34,7 @@ from splatq.services.gateway.images import decode_limits
 from splatq.services.gateway.metrics import GatewayMetrics, method_label
 from splatq.services.gateway.problems import ApiError, problem_response
 from splatq.services.gateway.stream_caps import StreamCaps
+from splatq.services.gateway.tenant_policies import TENANT_POLICIES, TenantPolicies
 from splatq.shared.engine.ids import new_trace_id
 from splatq.shared.engine.queue import JobQueue
 from splatq.shared.images.headers import DecodeLimits
@@ -227,6 +228,9 @@ def create_app(
         app[SSE_QUEUE] = JobQueue(sse_redis, settings)
         app[TENANTS] = TenantStore(redis)
         app[QUOTAS] = QuotaBook(redis)
+        app[TENANT_POLICIES] = TenantPolicies(
+            app[TENANTS], settings.fairness, settings.api_key_cache_s, settings.api_key_cache_size
+        )
         app[KEY_RESOLVER] = KeyResolver(
             settings.api_keys, app[TENANTS], settings.api_key_cache_s, settings.api_key_cache_size
         )

@@ -49,6 +49,7 @@ from splatq.services.gateway.images import (
 from splatq.services.gateway.openapi import openapi_document
 from splatq.services.gateway.problems import ApiError, not_found
 from splatq.services.gateway.submission import Submission, idempotency_key, read_submission
+from splatq.services.gateway.tenant_policies import TENANT_POLICIES
 from splatq.services.gateway.views import job_view, rfc3339
 from splatq.shared.engine.events import TERMINAL_EVENTS
 from splatq.shared.engine.fairness import TenantPolicy
@@ -153,7 +154,7 @@ async def submit_job(request: web.Request) -> web.Response:
     stream = QUALITY_STREAMS[params.quality]
     # The tenant's scheduling terms: a capped tenant's jobs and claims live in its home
     # partition, so every claim lookup below routes with them.
-    policy = queue.tenant_policy(tenant, stream)
+    policy = await request.app[TENANT_POLICIES].get(tenant, stream)
     # A completed identical job is answered at once (cache), unless the client opted out;
     # a key already in use goes on to its own job (same request) or to 422 (another one).
     if params.cache and idem_header and not await _key_in_use(queue, tenant, logical_key, policy):

@@ -153,3 +153,29 @@ async def test_a_repeat_does_not_reserve_twice_and_a_refusal_releases(
     assert (usage["quota_gpu_seconds"], usage["reserved_gpu_seconds"]) == (9, 4)
     assert usage["remaining_gpu_seconds"] == 5
     assert len(await book.open_reservations("acme")) == 1
+
+
+async def test_a_tenants_own_cap_and_weight_reach_the_scheduler(
+    make_client: ClientFactory, redis: Redis
+) -> None:
+    """A running cap set through the admin API governs the tenant's next submissions: its jobs
+    go to its home partition and carry its cap and weight into the fair queue."""
+    from splatq.shared.engine.fairness import home_partition  # noqa: PLC0415
+    from splatq.shared.engine.ids import partition_of  # noqa: PLC0415
+
+    client = await _admin_client(make_client, partitions=4)
+    await client.patch(
+        "/v1/admin/tenants/acme",
+        json={"weight": 5, "running_caps": {"interactive": 3}},
+        headers=ADMIN,
+    )
+    settings_resp = await client.get("/v1/admin/tenants/acme", headers=ADMIN)
+    assert (await settings_resp.json())["running_caps"]["interactive"] == 3
+    home = home_partition("acme", 4)
+    for i in range(3):
+        png = corpus.valid_png(20 + i, 20)
+        resp = await client.post("/v1/jobs", data=form(png, PREVIEW), headers=AUTH_A)
+        assert resp.status == 202, await resp.text()
+        assert partition_of((await resp.json())["id"]) == home
+    state = await redis.hgetall(f"splatq:{{p{home}}}:fq:interactive:state")
+    assert (state.get("w:acme"), state.get("c:acme")) == ("5", "3")
