@@ -842,6 +842,26 @@ class JobQueue:
             age = max(0.0, time.time() - float(oldest[0][1]) / 1000.0)
         return WaitingStats(int(count), int(in_stream), age)
 
+    async def tenant_backlogs(
+        self, partition: int, stream: StreamName
+    ) -> dict[str, tuple[int, int]]:
+        """Per tenant with work in the fair queues of one stream: (jobs waiting, jobs counted
+        against its running cap). Operators' view and per-tenant metrics; O(active tenants).
+        A job canceled while it waits counts until the feed reaches and drops it."""
+        state = await self.redis.hgetall(f"{self.keys.fair_base(partition, stream)}:state")
+        tenants = sorted(
+            {k[2:] for k in state if k.startswith(("a:", "r:"))}  # in line, or running capped
+        )
+        if not tenants:
+            return {}
+        pipe = self.redis.pipeline(transaction=False)
+        for tenant in tenants:
+            pipe.llen(self.keys.fair_queue(partition, stream, tenant))
+        lengths = await pipe.execute()
+        return {
+            t: (int(n), int(state.get(f"r:{t}", 0))) for t, n in zip(tenants, lengths, strict=True)
+        }
+
     async def partition_counts(self, partition: int) -> dict[str, int]:
         pipe = self.redis.pipeline(transaction=False)
         pipe.zcard(self.keys.delayed(partition))

@@ -242,3 +242,19 @@ async def test_one_entry_stays_ready_while_work_waits(redis: Redis, queue: JobQu
         assert len(await take_one(queue)) == 1
         assert await ready() == expected_ready
     assert (await queue.waiting(0, SYN)).waiting == 0
+
+
+async def test_tenant_backlogs_show_waiting_and_capped_running_per_tenant(
+    queue: JobQueue,
+) -> None:
+    for i in range(5):
+        await queue.enqueue(full("A", i), policy=TenantPolicy(max_running=2))
+    for i in range(3):
+        await queue.enqueue(full("B", i))
+    await queue.take(0, {}, 3, "w1")
+    backlogs = await queue.tenant_backlogs(0, SYN)
+    # A: 2 fed under its cap (one of them ready in the stream), 3 waiting; B: whatever the
+    # round-robin left waiting, nothing counted (no cap)
+    assert backlogs["A"] == (3, 2)
+    assert backlogs["B"][1] == 0
+    assert sum(w for w, _ in backlogs.values()) == (await queue.waiting(0, SYN)).waiting
