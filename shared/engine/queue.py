@@ -848,7 +848,7 @@ class JobQueue:
         """Per tenant with work in the fair queues of one stream: (jobs waiting, jobs counted
         against its running cap). Operators' view and per-tenant metrics; O(active tenants).
         A job canceled while it waits counts until the feed reaches and drops it."""
-        state = await self.redis.hgetall(f"{self.keys.fair_base(partition, stream)}:state")
+        state = await self.redis.hgetall(f"{self.keys.fair_base(partition, stream)}:state")  # type: ignore[misc]
         tenants = sorted(
             {k[2:] for k in state if k.startswith(("a:", "r:"))}  # in line, or running capped
         )
