@@ -791,11 +791,23 @@ class JobQueue:
                     EventType.QUEUED.value,
                     self._claim_ttl_ms,
                     events.queued_fields(job.quality if job else "", keys[2].rsplit(":", 1)[1]),
+                    "",
+                    0,
+                    "",
+                    self.redrive_fair_argument(job.quality if job else ""),
                 ],
             )
         )
         _raise_on_error(reply)
         return str(reply[0]), str(reply[1]) if len(reply) > 1 else ""
+
+    def redrive_fair_argument(self, quality: str) -> str:
+        """redrive.lua's fair-scheduling argument: the job joins its tenant's redrive flow
+        (weight 1, no cap), or '' (straight into the stream) when fair scheduling is off."""
+        fairness = self.settings.fairness
+        if not fairness.enabled:
+            return ""
+        return fairness.argument(quality, TenantPolicy(), self.group)
 
     async def purge_dead_letter(self, letter: DeadLetter) -> bool:
         deleted = await self.redis.xdel(self.keys.dead_letters(letter.partition), letter.entry_id)

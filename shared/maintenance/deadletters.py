@@ -182,6 +182,7 @@ class DeadLetterBook:
             record.encoded(),
             max(JOB_RETENTION_MS, AUDIT_TTL_MS),
             orjson.dumps(hint_pairs).decode() if hint_pairs else "",
+            self.queue.redrive_fair_argument(s.fields.get("quality", "")),
         ]
         return ScriptCall(Script.REDRIVE, keys, args)
 

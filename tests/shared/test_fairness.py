@@ -258,3 +258,39 @@ async def test_tenant_backlogs_show_waiting_and_capped_running_per_tenant(
     assert backlogs["A"] == (3, 2)
     assert backlogs["B"][1] == 0
     assert sum(w for w, _ in backlogs.values()) == (await queue.waiting(0, SYN)).waiting
+
+
+async def test_a_mass_redrive_takes_one_share_not_the_front_of_the_line(
+    redis: Redis, queue: JobQueue
+) -> None:
+    """20 dead-lettered jobs of tenant A are redriven; then A and B submit live jobs. The
+    redrives wait in A's redrive flow, a tenant of their own in the round-robin: the live jobs
+    of both tenants start among the first few, not after all 20 redrives."""
+    failed = []
+    for i in range(20):
+        failed.append((await queue.enqueue(full("A", i))).job_id)
+    taken: list[Taken] = []
+    while len(taken) < 20:
+        taken.extend(t for t in await queue.take(0, {}, 20, "w0") if t.outcome == "started")
+    await queue.finish_many(
+        [
+            Finish(t.job.id, t.entry.stream, t.entry.entry_id, t.token, "failed")
+            for t in taken
+            if t.job is not None
+        ]
+    )
+    for job_id in failed:
+        await redis.xadd(queue.keys.dead_letters(0), {"job": job_id, "reason": "test"})
+    for letter in await queue.dead_letters(0):
+        assert (await queue.redrive(letter))[0] == "redriven"
+    live = {(await queue.enqueue(full(t, 100 + i))).job_id for t in "AB" for i in range(2)}
+    first = []
+    for _ in range(8):
+        first.extend(t.job.id for t in await take_one(queue) if t.job is not None)
+    assert live <= set(first), first
+    rest = []
+    for _ in range(30):
+        rest.extend(t.job.id for t in await take_one(queue) if t.job is not None)
+    assert set(first + rest) == live | set(failed)
+    backlogs = await queue.tenant_backlogs(0, SYN)
+    assert backlogs == {}

@@ -7,7 +7,11 @@
 --       5 queued event name, 6 claim_ttl_ms, 7 event extra JSON,
 --       optional (the redriver and `splatq dlq`): 8 audit record (JSON array of field, value
 --       pairs: what, why, which policy or person), 9 audit ttl ms, 10 hint (JSON array of
---       job field, value pairs, e.g. a smaller batch for a job that ran out of memory)
+--       job field, value pairs, e.g. a smaller batch for a job that ran out of memory),
+--       11 fair-scheduling policy (JSON, as enqueue's) or '' for straight into the stream:
+--       with it, the job waits in its tenant's redrive flow (`redrive:<tenant>`), a tenant
+--       of its own in the round-robin, so a mass redrive takes one share of the stream
+--       instead of standing in front of every live job
 -- The audit record goes to the job's audit trail `<job key>:audit`, a key derived from the
 -- declared job key by a suffix (same {pN} tag, same slot), in the same step as the redrive.
 -- Returns {'redriven', new entry id} | {'gone'} | {'not_redrivable', why}
@@ -33,9 +37,22 @@ if ARGV[10] and ARGV[10] ~= '' then
 end
 redis.call('PERSIST', KEYS[2])
 backlog_add(KEYS[2], now)
-local entry_id = redis.call('XADD', KEYS[3], 'MAXLEN', '~', ARGV[2], '*',
-  'v', '1', 'job', job_id, 'trace', st[3] or '', 'claim', KEYS[5] or '')
-redis.call('HSET', KEYS[2], 'entry_id', entry_id)
+local entry_id
+if ARGV[11] and ARGV[11] ~= '' then
+  local policy = cjson.decode(ARGV[11])
+  local tag = key_tag(KEYS[2])
+  local f = redis.call('HMGET', KEYS[2], 'tenant', 'stream')
+  local stream_name = f[2] or string.match(KEYS[3], '([^:]+)$')
+  redis.call('HSET', KEYS[2], 'fq', '1', 'entry_id', '')
+  fair_push(tag, stream_name, 'redrive:' .. (f[1] or ''), job_id, policy.cost, policy.weight,
+    0, now)
+  fair_keep_one_ready(tag, stream_name, KEYS[3], policy.group, policy.quantum, ARGV[2])
+  entry_id = redis.call('HGET', KEYS[2], 'entry_id')
+else
+  entry_id = redis.call('XADD', KEYS[3], 'MAXLEN', '~', ARGV[2], '*',
+    'v', '1', 'job', job_id, 'trace', st[3] or '', 'claim', KEYS[5] or '')
+  redis.call('HSET', KEYS[2], 'entry_id', entry_id)
+end
 if KEYS[5] then
   local held = claim_holder(KEYS[5])
   if not held or held[2] == job_id then
