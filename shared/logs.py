@@ -3,6 +3,10 @@
 Configures output once per process; call sites bind `job_id`, `trace_id`, `stream`,
 `attempt` through contextvars and never format strings themselves. No line may carry a
 secret: tracebacks never show local variables, and secret-named fields are redacted.
+
+Standard-library logging (aiohttp, asyncio, botocore, redis) goes through the same
+processors and renderer, and so does a crash (an uncaught exception in the main thread or
+another thread): in production every line on stderr is one JSON object.
 """
 
 from __future__ import annotations
@@ -10,6 +14,9 @@ from __future__ import annotations
 import functools
 import logging
 import sys
+import threading
+from types import TracebackType
+from typing import Any
 
 import orjson
 import structlog
@@ -20,6 +27,10 @@ _LEVELS = {
     "warning": logging.WARNING,
     "error": logging.ERROR,
 }
+
+
+# Libraries whose INFO lines are noise in a service's log (credential lookups, every retry).
+_QUIET_LIBRARIES = ("botocore", "aiobotocore", "urllib3", "s3transfer")
 
 
 def configure_logging(level: str = "info", fmt: str = "auto", service: str = "") -> None:
@@ -33,25 +44,92 @@ def configure_logging(level: str = "info", fmt: str = "auto", service: str = "")
     ]
     if service:
         processors.insert(0, _add_service(service))
+    renderer: structlog.types.Processor
     if use_console:
         # Plain tracebacks: the default (rich, with show_locals) printed every frame's local
         # variables, which hold API keys, the whole Settings and request headers.
-        processors.append(
-            structlog.dev.ConsoleRenderer(
-                colors=sys.stderr.isatty(), exception_formatter=structlog.dev.plain_traceback
-            )
+        renderer = structlog.dev.ConsoleRenderer(
+            colors=sys.stderr.isatty(), exception_formatter=structlog.dev.plain_traceback
         )
-        factory: structlog.types.WrappedLogger = structlog.PrintLoggerFactory(file=sys.stderr)
+        structlog.configure(
+            processors=[*processors, renderer],
+            wrapper_class=structlog.make_filtering_bound_logger(_LEVELS[level]),
+            logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
+            cache_logger_on_first_use=True,
+        )
     else:
-        processors.append(structlog.processors.format_exc_info)
-        processors.append(structlog.processors.JSONRenderer(serializer=orjson.dumps))
-        factory = structlog.BytesLoggerFactory(file=sys.stderr.buffer)
-    structlog.configure(
-        processors=processors,
-        wrapper_class=structlog.make_filtering_bound_logger(_LEVELS[level]),
-        logger_factory=factory,
-        cache_logger_on_first_use=True,
+        renderer = structlog.processors.JSONRenderer(serializer=_json_text)
+        structlog.configure(
+            processors=[
+                *processors,
+                structlog.processors.format_exc_info,
+                structlog.processors.JSONRenderer(serializer=orjson.dumps),
+            ],
+            wrapper_class=structlog.make_filtering_bound_logger(_LEVELS[level]),
+            logger_factory=structlog.BytesLoggerFactory(file=sys.stderr.buffer),
+            cache_logger_on_first_use=True,
+        )
+    _route_stdlib_logging(_LEVELS[level], processors, renderer, use_console)
+    _log_crashes()
+
+
+def _route_stdlib_logging(
+    level: int,
+    processors: list[structlog.types.Processor],
+    renderer: structlog.types.Processor,
+    use_console: bool,
+) -> None:
+    """The root logger's only handler renders records with structlog's processors."""
+    pre_chain: list[structlog.types.Processor] = [
+        *processors,
+        structlog.stdlib.add_logger_name,
+        structlog.stdlib.ExtraAdder(),
+    ]
+    if not use_console:
+        pre_chain.append(structlog.processors.format_exc_info)
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(
+        structlog.stdlib.ProcessorFormatter(
+            foreign_pre_chain=pre_chain,
+            processors=[structlog.stdlib.ProcessorFormatter.remove_processors_meta, renderer],
+        )
     )
+    root = logging.getLogger()
+    for old in list(root.handlers):
+        root.removeHandler(old)
+    root.addHandler(handler)
+    root.setLevel(level)
+    for name in _QUIET_LIBRARIES:
+        logging.getLogger(name).setLevel(max(level, logging.WARNING))
+    logging.captureWarnings(True)  # warnings.warn() lines, too
+
+
+def _log_crashes() -> None:
+    """An uncaught exception is logged as one `process.crashed` event, not a raw traceback."""
+    crash_log = structlog.get_logger("splatq.crash")
+
+    def excepthook(kind: type[BaseException], exc: BaseException, tb: TracebackType | None) -> None:
+        if issubclass(kind, KeyboardInterrupt):
+            sys.__excepthook__(kind, exc, tb)
+            return
+        crash_log.critical("process.crashed", exc_info=(kind, exc, tb))
+
+    def thread_excepthook(args: threading.ExceptHookArgs) -> None:
+        if args.exc_value is None or issubclass(args.exc_type, SystemExit):
+            return
+        crash_log.critical(
+            "thread.crashed",
+            thread=args.thread.name if args.thread is not None else "",
+            exc_info=(args.exc_type, args.exc_value, args.exc_traceback),
+        )
+
+    sys.excepthook = excepthook
+    threading.excepthook = thread_excepthook
+
+
+def _json_text(obj: Any, **kw: Any) -> str:
+    """orjson for the stdlib handler, which writes text."""
+    return orjson.dumps(obj, default=kw.get("default")).decode()
 
 
 _SECRET_FIELDS = ("authorization", "api_key", "secret", "password", "token")

@@ -1,47 +1,78 @@
-"""Prometheus metrics of the engine: queue depth, lag, pending age, deliveries, reclaims,
-dead letters, lease renewal failures, retries by code and job durations.
+"""Prometheus metrics of the engine.
 
-Definitions and a sampler only; nothing here decides anything about jobs.
+`QueueMetrics` mirrors Redis state (depth, lag, oldest waiting and pending ages, jobs per
+state): any service that samples the queues registers it (the gateway, the worker).
+`EngineMetrics` is the worker's: deliveries, reclaims, dead letters, lease renewal failures,
+retries by code, and the SLO histograms (queue wait and end-to-end time per stream and
+quality); it holds a `QueueMetrics` for its own sampler. `register_build_info` is every
+service's `splatq_build_info`.
+
+Definitions, observation helpers and a sampler only; nothing here decides anything about jobs.
 """
 
 from __future__ import annotations
 
+import contextlib
+import importlib.metadata
+import platform
+import re
 from dataclasses import dataclass
 
-from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram, Info
 
+from splatq.shared.engine.jobs import JobRecord
 from splatq.shared.engine.keys import STREAMS
 from splatq.shared.engine.queue import JobQueue
+from splatq.shared.engine.states import JobStatus
 
 _DURATION_BUCKETS = (0.005, 0.025, 0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800)
+# Queue wait and end-to-end time: from sub-second (an idle interactive worker) to hours (a
+# synthesis backlog).
+_SLO_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600, 7200)
+# The outcomes that end a job: end-to-end time is observed for these only.
+TERMINAL_OUTCOMES = frozenset({"completed", "failed", "canceled"})
+# The states a job can be counted in from Redis structures alone (terminal ones are counted
+# by `splatq_jobs_total{outcome}` as they happen).
+LIVE_STATES = (JobStatus.QUEUED, JobStatus.PROCESSING, JobStatus.RETRYING)
+_LABEL_VALUE = re.compile(r"[a-z0-9_-]{1,32}")
+
+
+def quality_label(quality: str) -> str:
+    """A job's quality as a label value; anything unexpected is `other` (bounded series)."""
+    return quality if _LABEL_VALUE.fullmatch(quality) else "other"
+
+
+def package_version() -> str:
+    try:
+        return importlib.metadata.version("splatq")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown"
+
+
+def register_build_info(registry: CollectorRegistry = REGISTRY, service: str = "") -> None:
+    """`splatq_build_info{version, python, service} 1` on `registry`."""
+    Info(
+        "splatq_build", "splatq build: package version, Python version, service", registry=registry
+    ).info({"version": package_version(), "python": platform.python_version(), "service": service})
 
 
 @dataclass(frozen=True, slots=True)
-class EngineMetrics:
+class QueueMetrics:
+    """Gauges that mirror Redis state; refreshed by `sample` (every few seconds)."""
+
     queue_depth: Gauge
     pending: Gauge
     group_lag: Gauge
     oldest_pending_age: Gauge
+    oldest_waiting_age: Gauge
+    jobs_in_state: Gauge
     delayed: Gauge
     dead_letter_length: Gauge
     events_length: Gauge
     lost_entries: Gauge
-    deliveries: Counter
-    reclaims: Counter
-    lease_lapses: Counter
-    delivery_charge: Histogram
-    dead_letters: Counter
-    lease_renewal_failures: Counter
-    error_replies: Counter
-    retries: Counter
-    jobs: Counter
-    job_duration: Histogram
-    slots_in_use: Gauge
-    slots_reserved: Gauge
-    entries_lost_alarm: Counter
 
     @classmethod
-    def create(cls, registry: CollectorRegistry = REGISTRY) -> EngineMetrics:
+    def create(cls, registry: CollectorRegistry = REGISTRY) -> QueueMetrics:
         sp = ["stream", "partition"]
         return cls(
             queue_depth=Gauge(
@@ -58,14 +89,27 @@ class EngineMetrics:
             ),
             group_lag=Gauge(
                 "splatq_consumer_group_lag",
-                "XINFO GROUPS lag (-1 when Redis cannot tell)",
+                "XINFO GROUPS lag (absent while Redis cannot tell)",
                 sp,
                 registry=registry,
             ),
             oldest_pending_age=Gauge(
                 "splatq_oldest_pending_age_seconds",
-                "Age of the oldest unacked entry",
+                "Age of the oldest delivered but unacked entry (running jobs)",
                 sp,
+                registry=registry,
+            ),
+            oldest_waiting_age=Gauge(
+                "splatq_oldest_waiting_age_seconds",
+                "Age of the oldest entry not yet delivered to any worker (0 when none waits)",
+                sp,
+                registry=registry,
+            ),
+            jobs_in_state=Gauge(
+                "splatq_jobs_in_state",
+                "Jobs now queued (waiting entries), processing (delivered, unacked) or "
+                "retrying (parked for a retry); terminal outcomes are splatq_jobs_total",
+                ["state", "partition"],
                 registry=registry,
             ),
             delayed=Gauge(
@@ -93,6 +137,63 @@ class EngineMetrics:
                 ["partition"],
                 registry=registry,
             ),
+        )
+
+    async def sample(self, queue: JobQueue, partitions: tuple[int, ...]) -> None:
+        """Refresh the gauges that mirror Redis state (called periodically)."""
+        for p in partitions:
+            label = str(p)
+            waiting = running = 0
+            for stream in STREAMS:
+                s = await queue.stream_stats(p, stream)
+                depth = max(s.length - s.pending, 0)
+                waiting += depth
+                running += s.pending
+                self.queue_depth.labels(stream.value, label).set(depth)
+                self.pending.labels(stream.value, label).set(s.pending)
+                if s.lag is None:
+                    # No sentinel: the series is absent while Redis cannot tell.
+                    with contextlib.suppress(KeyError):
+                        self.group_lag.remove(stream.value, label)
+                else:
+                    self.group_lag.labels(stream.value, label).set(s.lag)
+                self.oldest_pending_age.labels(stream.value, label).set(s.oldest_pending_age_s)
+                self.oldest_waiting_age.labels(stream.value, label).set(s.oldest_waiting_age_s)
+            counts = await queue.partition_counts(p)
+            self.jobs_in_state.labels(JobStatus.QUEUED.value, label).set(waiting)
+            self.jobs_in_state.labels(JobStatus.PROCESSING.value, label).set(running)
+            self.jobs_in_state.labels(JobStatus.RETRYING.value, label).set(counts["delayed"])
+            self.delayed.labels(label).set(counts["delayed"])
+            self.dead_letter_length.labels(label).set(counts["dead_letters"])
+            self.events_length.labels(label).set(counts["events"])
+            self.lost_entries.labels(label).set(counts["lost_entries"])
+
+
+@dataclass(frozen=True, slots=True)
+class EngineMetrics:
+    """A worker's metrics (a gateway registers `QueueMetrics` only: no empty families)."""
+
+    queues: QueueMetrics
+    deliveries: Counter
+    reclaims: Counter
+    lease_lapses: Counter
+    delivery_charge: Histogram
+    dead_letters: Counter
+    lease_renewal_failures: Counter
+    error_replies: Counter
+    retries: Counter
+    jobs: Counter
+    job_duration: Histogram
+    queue_wait: Histogram
+    end_to_end: Histogram
+    slots_in_use: Gauge
+    slots_reserved: Gauge
+    entries_lost_alarm: Counter
+
+    @classmethod
+    def create(cls, registry: CollectorRegistry = REGISTRY) -> EngineMetrics:
+        return cls(
+            queues=QueueMetrics.create(registry),
             deliveries=Counter(
                 "splatq_deliveries_total",
                 "Entries delivered to this worker, by start outcome",
@@ -158,6 +259,20 @@ class EngineMetrics:
                 buckets=_DURATION_BUCKETS,
                 registry=registry,
             ),
+            queue_wait=Histogram(
+                "splatq_job_queue_wait_duration_seconds",
+                "Time from a job's creation to its first start (Redis clock)",
+                ["stream", "quality"],
+                buckets=_SLO_BUCKETS,
+                registry=registry,
+            ),
+            end_to_end=Histogram(
+                "splatq_job_end_to_end_duration_seconds",
+                "Time from a job's creation to its final outcome, by outcome",
+                ["stream", "quality", "outcome"],
+                buckets=_SLO_BUCKETS,
+                registry=registry,
+            ),
             slots_in_use=Gauge(
                 "splatq_slots_in_use",
                 "Worker slots running jobs",
@@ -179,17 +294,20 @@ class EngineMetrics:
         )
 
     async def sample_queues(self, queue: JobQueue, partitions: tuple[int, ...]) -> None:
-        """Refresh the gauges that mirror Redis state (called periodically)."""
-        for p in partitions:
-            label = str(p)
-            for stream in STREAMS:
-                s = await queue.stream_stats(p, stream)
-                self.queue_depth.labels(stream.value, label).set(max(s.length - s.pending, 0))
-                self.pending.labels(stream.value, label).set(s.pending)
-                self.group_lag.labels(stream.value, label).set(-1 if s.lag is None else s.lag)
-                self.oldest_pending_age.labels(stream.value, label).set(s.oldest_pending_age_s)
-            counts = await queue.partition_counts(p)
-            self.delayed.labels(label).set(counts["delayed"])
-            self.dead_letter_length.labels(label).set(counts["dead_letters"])
-            self.events_length.labels(label).set(counts["events"])
-            self.lost_entries.labels(label).set(counts["lost_entries"])
+        await self.queues.sample(queue, partitions)
+
+    def observe_started(self, job: JobRecord) -> None:
+        """Queue wait, once per job: at its first delivery (a retry or a re-delivery after a
+        worker's death is not waiting in the queue again)."""
+        if job.deliveries <= 1 and job.started_at_ms is not None:
+            wait_s = max(job.started_at_ms - job.created_at_ms, 0) / 1000
+            self.queue_wait.labels(job.stream.value, quality_label(job.quality)).observe(wait_s)
+
+    def observe_finished(self, job: JobRecord, outcome: str, run_s: float) -> None:
+        """End-to-end time of a job that reached a final outcome; `run_s` is this run's
+        time since its start (the worker's monotonic clock, so no clock skew enters)."""
+        if outcome in TERMINAL_OUTCOMES and job.started_at_ms is not None:
+            total_s = max(job.started_at_ms - job.created_at_ms, 0) / 1000 + run_s
+            self.end_to_end.labels(job.stream.value, quality_label(job.quality), outcome).observe(
+                total_s
+            )

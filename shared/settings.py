@@ -270,6 +270,11 @@ class Settings:
     log_format: str = "auto"
     log_level: str = "info"
     metrics_port: int = 0
+    # `/livez` on the metrics port answers 503 once the event loop has not beaten for this long.
+    liveness_max_age_s: float = 15.0
+    # OpenTelemetry traces (the `otel` extra): off, otlp (OTEL_EXPORTER_OTLP_* configure the
+    # exporter) or console (spans as JSON on stdout, for a look on a laptop).
+    tracing: str = "off"
 
     def __post_init__(self) -> None:
         if self.partitions < 1 or self.partitions > 999:
@@ -512,6 +517,10 @@ class Settings:
                 frozenset({"debug", "info", "warning", "error"}),
             ),
             metrics_port=_int(e, "SPLATQ_METRICS_PORT", d.metrics_port, 0),
+            liveness_max_age_s=_float(
+                e, "SPLATQ_LIVENESS_MAX_AGE_S", d.liveness_max_age_s, 1.0, 3600.0
+            ),
+            tracing=_choice(e, "SPLATQ_TRACING", d.tracing, frozenset({"off", "otlp", "console"})),
             redriver_config=e.get("SPLATQ_REDRIVER_CONFIG", "").strip(),
             task_lock_ttl_ms=_int(e, "SPLATQ_TASK_LOCK_TTL_MS", d.task_lock_ttl_ms, 100),
             task_poll_ms=_int(e, "SPLATQ_TASK_POLL_MS", d.task_poll_ms, 10),

@@ -7,6 +7,7 @@ Each run INCRs `test:runs:<job_id>` so tests can count executions, not just comm
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import signal
 import time
@@ -52,7 +53,9 @@ async def _count_run(ctx: JobContext) -> None:
 class BehaviourHandler:
     """metadata keys: sleep_s (async, with progress every 0.1 s), block_s (blocking work in a
     thread), fail ('permanent' | 'transient' | 'transient_once'), crash (SIGKILL own process),
-    crash_after_s (SIGKILL after sleeping), first_sleep_s (sleep on the first attempt only)."""
+    crash_after_s (SIGKILL after sleeping), first_sleep_s (sleep on the first attempt only),
+    loop_block_s (a bug on purpose: time.sleep on the event loop, which stops it),
+    stdlib_log (a line through standard-library logging, as a library would write it)."""
 
     async def __call__(self, ctx: JobContext) -> JobOutcome:
         meta: dict[str, Any] = dict(ctx.job.metadata)
@@ -66,6 +69,10 @@ class BehaviourHandler:
             raise TransientError("storage timed out", code="STORAGE_TIMEOUT")
         if "first_sleep_s" in meta and ctx.attempt == 1:
             await asyncio.sleep(float(meta["first_sleep_s"]))
+        if "stdlib_log" in meta:
+            logging.getLogger("tests.library").warning("library says %s", meta["stdlib_log"])
+        if "loop_block_s" in meta:
+            time.sleep(float(meta["loop_block_s"]))  # noqa: ASYNC251 - the point of the test
         if "block_s" in meta:
             await ctx.run_blocking(time.sleep, float(meta["block_s"]))
         sleep_s = float(meta.get("sleep_s", 0))

@@ -15,10 +15,10 @@ from datetime import UTC, datetime
 from typing import Any
 
 import orjson
-from prometheus_client import start_http_server
 
 from splatq.services.dlq_redriver.service import Redriver, build_scheduler
 from splatq.shared.engine.queue import JobQueue
+from splatq.shared.liveness import health_endpoint
 from splatq.shared.logs import configure_logging
 from splatq.shared.maintenance.config import ConfigError, RedriverConfig, load_config
 from splatq.shared.maintenance.deadletters import DeadLetterBook
@@ -26,6 +26,7 @@ from splatq.shared.maintenance.metrics import RedriverMetrics
 from splatq.shared.maintenance.store import Refusal
 from splatq.shared.maintenance.sweep import KINDS, RedriveSweep
 from splatq.shared.maintenance.tasks import redrive_sweep
+from splatq.shared.metrics import register_build_info
 from splatq.shared.redis.client import connect
 from splatq.shared.settings import Settings, SettingsError
 
@@ -59,15 +60,15 @@ def run_tasks_command(args: argparse.Namespace, settings: Settings) -> int:
 
 async def _serve(settings: Settings, config: RedriverConfig) -> None:
     configure_logging(settings.log_level, settings.log_format, "redriver")
-    if settings.metrics_port:
-        start_http_server(settings.metrics_port)
+    register_build_info(service="redriver")
     redis = connect(settings.redis_url, client_name="splatq-redriver")
     redriver = Redriver(JobQueue(redis, settings), settings, config, RedriverMetrics.create())
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, redriver.stop)
     try:
-        await redriver.run()
+        async with health_endpoint(settings.metrics_port, settings.liveness_max_age_s):
+            await redriver.run()
     finally:
         await redis.aclose()
 

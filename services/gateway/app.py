@@ -35,10 +35,11 @@ from splatq.services.gateway.metrics import GatewayMetrics, method_label
 from splatq.services.gateway.problems import ApiError, problem_response
 from splatq.services.gateway.stream_caps import StreamCaps
 from splatq.services.gateway.tenant_policies import TENANT_POLICIES, TenantPolicies
+from splatq.shared import tracing
 from splatq.shared.engine.ids import new_trace_id
 from splatq.shared.engine.queue import JobQueue
 from splatq.shared.images.headers import DecodeLimits
-from splatq.shared.metrics import EngineMetrics
+from splatq.shared.metrics import QueueMetrics, register_build_info
 from splatq.shared.redis.client import connect
 from splatq.shared.redis.replica_wait import ReplicaWait
 from splatq.shared.settings import Settings
@@ -181,6 +182,34 @@ async def observe(request: web.Request, handler: Handler) -> web.StreamResponse:
         structlog.contextvars.unbind_contextvars("request_id", "trace_id")
 
 
+@web.middleware
+async def trace_request(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """A server span per request, in the request's trace (installed only when tracing is on;
+    inside `observe`, which has set the trace id)."""
+    resource = request.match_info.route.resource
+    route = resource.canonical if resource is not None else "unmatched"
+    attributes: dict[str, tracing.AttributeValue] = {
+        "http.request.method": request.method,
+        "http.route": route,
+    }
+    with tracing.span(
+        f"{method_label(request.method)} {route}",
+        request[TRACE_ID],
+        kind="server",
+        carrier=request.headers,
+        attributes=attributes,
+    ) as span:
+        try:
+            response = await handler(request)
+        except ApiError as exc:
+            if span is not None:
+                span.set_attribute("http.response.status_code", exc.status)
+            raise
+        if span is not None:
+            span.set_attribute("http.response.status_code", response.status)
+        return response
+
+
 def create_app(
     settings: Settings,
     storage: Storage | None = None,
@@ -190,7 +219,7 @@ def create_app(
     from splatq.services.gateway import routes  # noqa: PLC0415 - routes import this module's keys
 
     app = web.Application(
-        middlewares=[observe],
+        middlewares=[observe, trace_request] if tracing.enabled() else [observe],
         client_max_size=settings.max_upload_bytes + 256 * 1024,
     )
     app[SETTINGS] = settings
@@ -206,7 +235,8 @@ def create_app(
         settings.storage_url, settings.storage_root, s3_endpoint_url=settings.s3_endpoint_url
     )
     app[STREAM_CAPS] = StreamCaps(settings.sse_max_streams, settings.sse_max_streams_per_tenant)
-    engine_metrics = EngineMetrics.create(registry)
+    queue_metrics = QueueMetrics.create(registry)
+    register_build_info(registry, "gateway")
 
     async def redis_ctx(app: web.Application) -> AsyncIterator[None]:
         redis = connect(
@@ -237,7 +267,7 @@ def create_app(
         app[REPLICA_WAIT] = ReplicaWait(
             redis, settings.redis_wait_replicas, settings.redis_wait_timeout_ms
         )
-        sampler = asyncio.create_task(_sample_queues(engine_metrics, queue))
+        sampler = asyncio.create_task(_sample_queues(queue_metrics, queue))
         yield
         sampler.cancel()
         with contextlib.suppress(asyncio.CancelledError):
@@ -259,8 +289,8 @@ async def _close_decode_slots(app: web.Application) -> None:
     app[DECODE_SLOTS].close()
 
 
-async def _sample_queues(metrics: EngineMetrics, queue: JobQueue) -> None:
+async def _sample_queues(metrics: QueueMetrics, queue: JobQueue) -> None:
     while True:
         with contextlib.suppress(Exception):
-            await metrics.sample_queues(queue, tuple(range(queue.settings.partitions)))
+            await metrics.sample(queue, tuple(range(queue.settings.partitions)))
         await asyncio.sleep(5)

@@ -33,7 +33,7 @@ class GatewayMetrics:
                 registry=registry,
             ),
             latency=Histogram(
-                "splatq_http_request_seconds",
+                "splatq_http_request_duration_seconds",
                 "HTTP request latency",
                 ["route"],
                 registry=registry,

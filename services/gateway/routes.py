@@ -389,7 +389,13 @@ async def _enqueue(
     location = {"Location": f"/v1/jobs/{job.id}"}
     if result.created:
         counter.labels("created").inc()
-        log.info("job.submitted", job_id=job.id, stream=stream.value, quality=spec.quality)
+        log.info(
+            "job.submitted",
+            job_id=job.id,
+            tenant=job.tenant,
+            stream=stream.value,
+            quality=spec.quality,
+        )
         return _json(job_view(job, base), 202, location), job, True
     if keyed and job.request_fingerprint != spec.request_fingerprint:
         counter.labels("idempotency_key_reused").inc()

@@ -31,14 +31,14 @@ class GpuMetrics:
                 registry=registry,
             ),
             queue_wait=Histogram(
-                "splatq_gpu_queue_wait_seconds",
+                "splatq_gpu_batch_wait_duration_seconds",
                 "Time a job waited in the batcher",
                 q,
                 buckets=(0.001, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 1, 5),
                 registry=registry,
             ),
             inference_seconds=Histogram(
-                "splatq_gpu_inference_seconds",
+                "splatq_gpu_inference_duration_seconds",
                 "Forward pass time per batch",
                 q,
                 buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60),

@@ -15,11 +15,13 @@ import os
 import random
 import socket
 import time
+from collections.abc import Coroutine
 from typing import Any
 from urllib.parse import urlsplit
 
 import aiohttp
 import structlog
+from redis.exceptions import RedisError
 
 from splatq.services.webhook_dispatcher.metrics import DispatcherMetrics
 from splatq.services.webhook_dispatcher.policy import (
@@ -31,6 +33,7 @@ from splatq.services.webhook_dispatcher.policy import (
     should_deliver,
     tenant_limit,
 )
+from splatq.shared import tracing
 from splatq.shared.engine.ids import is_job_id
 from splatq.shared.engine.queue import JobQueue
 from splatq.shared.redis.client import is_transient_reply
@@ -262,7 +265,10 @@ class Dispatcher:
                 self._hold_back(message, gate)
                 continue
             free -= 1  # the attempt's task releases it
-            task = asyncio.create_task(self._deliver(http, message, gate))
+            attempt = self._deliver(http, message, gate)
+            if tracing.enabled():
+                attempt = self._traced(attempt, message)
+            task = asyncio.create_task(attempt)
             self._in_flight.add(task)
             task.add_done_callback(functools.partial(self._finished, message))
         for _ in range(free):
@@ -425,6 +431,23 @@ class Dispatcher:
                       target=m.target, attempt=m.attempts, partition=m.partition,
                       error=repr(exc), exc_info=exc)  # fmt: skip
 
+    async def _traced(self, attempt: Coroutine[Any, Any, None], m: Message) -> None:
+        """`attempt` inside a span in the job's trace (its id read from the job record)."""
+        trace_id: str | None = None
+        with contextlib.suppress(RedisError, OSError):  # the attempt goes ahead untraced
+            key = self.queue.keys.job(m.job_id)
+            trace_id = await self.queue.redis.hget(key, "trace_id")  # type: ignore[misc]
+        attributes: dict[str, tracing.AttributeValue] = {
+            "splatq.job_id": m.job_id,
+            "splatq.tenant": m.tenant,
+            "splatq.event_id": m.event_id,
+            "splatq.event_type": m.event_type,
+            "splatq.target": m.target,
+            "splatq.attempt": m.attempts,
+        }
+        with tracing.span("webhook.attempt", trace_id or "", kind="client", attributes=attributes):
+            await attempt
+
     async def _deliver(self, http: aiohttp.ClientSession, m: Message, gate: Gate | None) -> None:
         s = self.settings
         secrets: tuple[str, ...]
@@ -435,6 +458,7 @@ class Dispatcher:
         headers = signed_headers(secrets, m.event_id, int(time.time()), m.payload)
         headers["Content-Type"] = "application/json"
         headers["User-Agent"] = "splatq-webhooks/1"
+        headers.update(tracing.traceparent_headers())  # {} unless tracing is on
         started = time.perf_counter()
         status: int | None = None
         snippet = ""

@@ -30,7 +30,7 @@ class DispatcherMetrics:
                 registry=registry,
             ),
             attempt_seconds=Histogram(
-                "splatq_webhook_attempt_seconds",
+                "splatq_webhook_attempt_duration_seconds",
                 "Webhook attempt latency",
                 registry=registry,
                 buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),

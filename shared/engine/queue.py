@@ -142,6 +142,8 @@ class StreamStats:
     lag: int | None
     oldest_pending_age_s: float
     consumers: int
+    # The oldest entry no worker has been handed yet (0.0 when none waits).
+    oldest_waiting_age_s: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -824,11 +826,15 @@ class JobQueue:
         length, pending, groups = await pipe.execute()
         lag: int | None = None
         consumers = 0
+        last_delivered = "0-0"
         for g in groups:
             if g.get("name") == self.group:
                 raw_lag = g.get("lag")
                 lag = int(raw_lag) if raw_lag is not None else None
                 consumers = int(g.get("consumers", 0))
+                last_delivered = str(g.get("last-delivered-id") or "0-0")
+        # Waiting = after the group's last-delivered id (delivered entries are the PEL's).
+        first_waiting = await self.redis.xrange(key, f"({last_delivered}", "+", count=1)
         oldest = pending.get("min") if pending else None
         now_ms = int(time.time() * 1000)
         return StreamStats(
@@ -839,6 +845,9 @@ class JobQueue:
             lag=lag,
             oldest_pending_age_s=_entry_age_s(str(oldest), now_ms) if oldest else 0.0,
             consumers=consumers,
+            oldest_waiting_age_s=(
+                _entry_age_s(str(first_waiting[0][0]), now_ms) if first_waiting else 0.0
+            ),
         )
 
     async def waiting(self, partition: int, stream: StreamName) -> WaitingStats:

@@ -538,7 +538,11 @@ class Worker:
 
     def _launch(self, entry: StreamEntry, token: str, job: JobRecord) -> None:
         bound = self.log.bind(
-            job_id=job.id, trace_id=job.trace_id, stream=entry.stream.value, attempt=job.attempts
+            job_id=job.id,
+            trace_id=job.trace_id,
+            stream=entry.stream.value,
+            attempt=job.attempts,
+            tenant=job.tenant,
         )
         ctx = JobContext(job=job, entry=entry, token=token, queue=self.queue, log=bound)
         running = _Running(ctx)
@@ -554,6 +558,7 @@ class Worker:
             self.metrics.slots_in_use.labels(entry.stream.value).set(
                 self.pool.running[entry.stream]
             )
+            self.metrics.observe_started(job)
 
     async def _run_job(self, running: _Running) -> None:  # noqa: PLR0912 - one outcome per exit path
         ctx = running.ctx
@@ -562,6 +567,7 @@ class Worker:
             trace_id=ctx.job.trace_id,
             stream=ctx.stream.value,
             attempt=ctx.attempt,
+            tenant=ctx.job.tenant,
         )
         ctx.log.debug("job.started")
         finish: Finish | None = None
@@ -615,6 +621,9 @@ class Worker:
                 self.metrics.jobs.labels(ctx.stream.value, outcome_label).inc()
                 self.metrics.job_duration.labels(ctx.stream.value, outcome_label).observe(
                     time.monotonic() - running.started_at
+                )
+                self.metrics.observe_finished(
+                    ctx.job, outcome_label, time.monotonic() - running.started_at
                 )
 
     def _finish(self, ctx: JobContext, target: str, **kw: Any) -> Finish:

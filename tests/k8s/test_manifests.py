@@ -878,7 +878,7 @@ def test_gateway_alerts_use_the_agreed_thresholds() -> None:
     assert errors.endswith("> 0.02")
     slow = " ".join(rules["SplatqGatewaySlow"]["expr"].split())
     assert slow.startswith("histogram_quantile(0.99,")
-    assert "splatq_http_request_seconds_bucket" in slow
+    assert "splatq_http_request_duration_seconds_bucket" in slow
     assert 'route="/v1/jobs"' in slow
     assert slow.endswith("> 0.25")
     assert ("POST", "/v1/jobs") in gateway_routes()
@@ -1056,13 +1056,13 @@ def test_dashboard_has_filters_and_required_panels() -> None:
 @pytest.mark.parametrize(
     ("quantile", "histogram", "by"),
     [
-        ("0.5", "splatq_http_request_seconds", "route"),
-        ("0.99", "splatq_http_request_seconds", "route"),
+        ("0.5", "splatq_http_request_duration_seconds", "route"),
+        ("0.99", "splatq_http_request_duration_seconds", "route"),
         ("0.5", "splatq_gpu_batch_size", "quality"),
-        ("0.99", "splatq_gpu_inference_seconds", "quality"),
+        ("0.99", "splatq_gpu_inference_duration_seconds", "quality"),
         ("0.5", "splatq_gpu_gaussians_per_job", "quality"),
-        ("0.5", "splatq_webhook_attempt_seconds", ""),
-        ("0.99", "splatq_webhook_attempt_seconds", ""),
+        ("0.5", "splatq_webhook_attempt_duration_seconds", ""),
+        ("0.99", "splatq_webhook_attempt_duration_seconds", ""),
     ],
 )
 def test_dashboard_plots_the_agreed_quantiles(quantile: str, histogram: str, by: str) -> None:
