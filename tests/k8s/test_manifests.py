@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 import yaml
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info
 
 import splatq.shared.settings
 from splatq.services.gateway.app import create_app
@@ -30,7 +30,7 @@ from splatq.services.gpu_worker.oom import CUDA_OUT_OF_MEMORY
 from splatq.services.webhook_dispatcher.metrics import DispatcherMetrics
 from splatq.shared.engine.keys import STREAMS, KeySchema
 from splatq.shared.maintenance.metrics import RedriverMetrics
-from splatq.shared.metrics import EngineMetrics
+from splatq.shared.metrics import EngineMetrics, register_build_info
 from splatq.shared.settings import Settings
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -56,6 +56,9 @@ PROMTOOL = shutil.which("promtool")
 YAML_FILES = sorted(p for p in K8S.rglob("*") if p.suffix in {".yaml", ".yml"})
 DS_VARIABLE = "${DS_PROMETHEUS}"
 METRIC_NAME = re.compile(r"\bsplatq_[a-z0-9_]+")
+# Series the dashboard reads from other exporters: NVIDIA's DCGM exporter (GPU utilisation).
+EXTERNAL_METRIC = re.compile(r"\bDCGM_FI_[A-Z0-9_]+")
+EXTERNAL_METRICS = {"DCGM_FI_DEV_GPU_UTIL"}
 RUNBOOK = re.compile(r"^docs/operations\.md#([a-z0-9-]+)$")
 RUNBOOK_ANCHORS = {
     "lost-entries",
@@ -133,6 +136,7 @@ SAMPLE_SUFFIXES = {
     "counter": ("_total", "_created"),
     "gauge": ("",),
     "histogram": ("_bucket", "_count", "_sum", "_created"),
+    "info": ("_info",),
 }
 
 
@@ -271,7 +275,9 @@ def metric_registries() -> list[CollectorRegistry]:
         registry = CollectorRegistry()
         metrics_class.create(registry)
         registries.append(registry)
-    return registries
+    build_info = CollectorRegistry()
+    register_build_info(build_info, "test")
+    return [*registries, build_info]
 
 
 def exposed_metric_names() -> set[str]:
@@ -366,6 +372,55 @@ def test_every_yaml_document_parses_and_is_named(path: Path) -> None:
         assert doc.get("apiVersion"), doc
         assert doc.get("kind"), doc
         assert (doc.get("metadata") or {}).get("name"), doc
+
+
+RECOMMENDED_LABELS = ("instance", "version", "managed-by", "part-of")
+
+
+def package_version() -> str:
+    pyproject = (REPO_ROOT / "pyproject.toml").read_text(encoding="utf-8")
+    found = re.search(r'^version = "([^"]+)"', pyproject, re.M)
+    assert found
+    return found.group(1)
+
+
+@pytest.mark.parametrize("folder", ["base", "monitoring", "autoscaling"])
+def test_kustomizations_apply_the_recommended_labels(folder: str) -> None:
+    """Every object a kustomization applies gets app.kubernetes.io/{instance,version,
+    managed-by,part-of}; version is the package's (and the image tag's)."""
+    kustomization = yaml.safe_load((K8S / folder / "kustomization.yaml").read_text())
+    pairs: dict[str, str] = {}
+    for entry in kustomization["labels"]:
+        assert entry.get("includeSelectors") is False  # selectors are immutable
+        pairs.update(entry["pairs"])
+    for label in RECOMMENDED_LABELS:
+        assert f"app.kubernetes.io/{label}" in pairs, (folder, label)
+    assert pairs["app.kubernetes.io/version"] == package_version()
+    if folder == "base":
+        assert kustomization["images"][0]["newTag"] == package_version()
+
+
+@pytest.mark.parametrize("path", YAML_FILES, ids=lambda p: str(p.relative_to(K8S)))
+def test_every_object_names_its_app(path: Path) -> None:
+    """app.kubernetes.io/name on every object (the other recommended labels come from the
+    kustomizations)."""
+    for doc in yaml.safe_load_all(path.read_text()):
+        if not doc or doc.get("kind") in {"Kustomization"} or "metadata" not in doc:
+            continue
+        if path.parent.name == "gpu":
+            continue  # a patch: its target keeps its own labels
+        labels = doc["metadata"].get("labels", {})
+        assert "app.kubernetes.io/name" in labels, (path, doc["metadata"].get("name"))
+
+
+@pytest.mark.parametrize(
+    "path", ["worker-deployment.yaml", "dispatcher-deployment.yaml", "redriver-deployment.yaml"]
+)
+def test_liveness_probes_watch_the_event_loop(path: str) -> None:
+    """Liveness of the asyncio services is /livez (the loop's heartbeat), not /metrics."""
+    deployment = only_doc(BASE / path, "Deployment")
+    container = deployment["spec"]["template"]["spec"]["containers"][0]
+    assert container["livenessProbe"]["httpGet"] == {"path": "/livez", "port": "metrics"}
 
 
 def test_kustomizations_reference_existing_files() -> None:
@@ -633,14 +688,15 @@ def test_gateway_service_targets_the_named_port() -> None:
 
 def test_dispatcher_container_is_wired_to_config_and_metrics() -> None:
     """The dispatcher runs `splatq dispatcher`, exposes only SPLATQ_METRICS_PORT as `metrics`
-    and probes /metrics there (its only HTTP endpoint)."""
+    and probes /metrics there for startup and readiness, /livez for liveness."""
     container = dispatcher_container()
     assert container["command"] == ["splatq", "dispatcher"]
     ports = {p["name"]: p["containerPort"] for p in container["ports"]}
     assert ports == {"metrics": configured_settings().metrics_port}
     assert ports["metrics"] == int(configmap_data()["SPLATQ_METRICS_PORT"])
-    for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
+    for probe in ("startupProbe", "readinessProbe"):
         assert container[probe]["httpGet"] == {"path": "/metrics", "port": "metrics"}, probe
+    assert container["livenessProbe"]["httpGet"] == {"path": "/livez", "port": "metrics"}
 
 
 def test_dispatcher_is_hardened_like_the_worker() -> None:
@@ -784,6 +840,7 @@ def test_sample_suffixes_match_prometheus_client() -> None:
     Counter("c_total", "c", registry=registry).inc()
     Gauge("g", "g", registry=registry).set(1)
     Histogram("h_seconds", "h", registry=registry).observe(1)
+    Info("i", "i", registry=registry).info({"version": "1"})
     real = {s.name for family in registry.collect() for s in family.samples}
     assert exposed_sample_names(registry) == real
 
@@ -806,7 +863,9 @@ def test_dashboard_targets_reference_exposed_metrics() -> None:
     assert exprs
     for expr in exprs:
         names = set(METRIC_NAME.findall(expr))
-        assert names, expr
+        external = set(EXTERNAL_METRIC.findall(expr))
+        assert names or external, expr
+        assert external <= EXTERNAL_METRICS, expr
         assert names <= exposed, (expr, sorted(names - exposed))
 
 
@@ -1033,6 +1092,12 @@ def test_dashboard_has_filters_and_required_panels() -> None:
         "splatq_webhook_deferred_total",
         "splatq_redis_error_replies_total",
         "splatq_sse_streams_refused_total",
+        "splatq_job_queue_wait_duration_seconds_bucket",
+        "splatq_job_end_to_end_duration_seconds_bucket",
+        "splatq_oldest_waiting_age_seconds",
+        "splatq_jobs_in_state",
+        "splatq_build_info",
+        "DCGM_FI_DEV_GPU_UTIL",
     ):
         assert metric in exprs, metric
     for q in ("0.5", "0.95", "0.99"):
@@ -1053,9 +1118,30 @@ def test_dashboard_has_filters_and_required_panels() -> None:
     assert memory, "no panel shows GPU memory in use against its peak"
 
 
+def test_dashboard_links_to_the_runbooks() -> None:
+    """The dashboard's links open runbook sections of docs/operations.md that exist."""
+    board = dashboard()
+    headings = set(
+        re.findall(r"^#{2,4} +([a-z0-9-]+)\s*$", OPERATIONS_DOC.read_text(encoding="utf-8"), re.M)
+    )
+    base = next(v for v in board["templating"]["list"] if v["name"] == "runbooks")
+    assert base["query"].endswith("docs/operations.md")
+    anchors = set()
+    for link in board["links"]:
+        prefix, _, anchor = link["url"].partition("#")
+        assert prefix == "${runbooks}", link
+        anchors.add(anchor)
+    assert anchors <= headings, sorted(anchors - headings)
+    assert {"stuck-jobs", "gpu-utilisation", "liveness"} <= anchors
+
+
 @pytest.mark.parametrize(
     ("quantile", "histogram", "by"),
     [
+        ("0.5", "splatq_job_queue_wait_duration_seconds", "stream, quality"),
+        ("0.99", "splatq_job_queue_wait_duration_seconds", "stream, quality"),
+        ("0.5", "splatq_job_end_to_end_duration_seconds", "stream, quality"),
+        ("0.99", "splatq_job_end_to_end_duration_seconds", "stream, quality"),
         ("0.5", "splatq_http_request_duration_seconds", "route"),
         ("0.99", "splatq_http_request_duration_seconds", "route"),
         ("0.5", "splatq_gpu_batch_size", "quality"),
