@@ -35,8 +35,9 @@ def _parser() -> argparse.ArgumentParser:
     up.add_argument(
         "--redis-port",
         type=int,
-        default=DEFAULT_REDIS_PORT,
-        help=f"port of the embedded redis-server (default {DEFAULT_REDIS_PORT})",
+        default=None,
+        help="port of the embedded redis-server (default SPLATQ_EMBEDDED_REDIS_PORT, "
+        f"else {DEFAULT_REDIS_PORT})",
     )
     sub.add_parser("gateway", help="run the REST gateway (SPLATQ_GATEWAY_PORT)")
     sub.add_parser("dispatcher", help="run the webhook dispatcher")
@@ -92,7 +93,8 @@ def main(argv: Sequence[str] | None = None) -> int:  # noqa: PLR0911 - a branch 
 def _up(args: argparse.Namespace, settings: Settings) -> int:
     if args.data_dir:
         settings = settings.with_overrides(data_dir=Path(args.data_dir))
-    return asyncio.run(run_stack(settings, redis_port=args.redis_port))
+    port = args.redis_port or settings.embedded_redis_port
+    return asyncio.run(run_stack(settings, redis_port=port))
 
 
 def _demo(args: argparse.Namespace, settings: Settings) -> int:

@@ -11,18 +11,30 @@ import contextlib
 import secrets
 import signal
 import sys
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
 
+import aiohttp
 import structlog
+from redis.asyncio import Redis
 
+from splatq.shared.engine.keys import KeySchema
 from splatq.shared.logs import configure_logging
+from splatq.shared.redis.client import connect
 from splatq.shared.redis.server import RedisServer, RedisServerError, die_with_parent
 from splatq.shared.settings import Settings, process_environment
 
 log = structlog.get_logger("splatq.stack")
 DEFAULT_REDIS_PORT = 6390
 DEV_KEY_PREFIX = "sq_dev_"
+DEV_KEY_FILE = "dev-api-key"
+# The first start installs nothing but may load a model on CPU: generous, bounded.
+READY_TIMEOUT_S = 300.0
+# The bundled sample image (in the wheel too); found without importing the worker (numpy).
+BUNDLED_SAMPLE = Path(str(resources.files("splatq.services.gpu_worker"))) / "samples" / "sample.png"
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,11 +59,13 @@ AfterStart = Callable[[Settings], Awaitable[int]]
 
 
 async def run_stack(
-    settings: Settings, then: AfterStart | None = None, redis_port: int = DEFAULT_REDIS_PORT
+    settings: Settings, then: AfterStart | None = None, redis_port: int | None = None
 ) -> int:
     """Run until Ctrl-C (or until `then` returns: its exit code ends the stack). Every child,
-    the embedded redis-server included, dies with this process even if it is SIGKILLed."""
+    the embedded redis-server included, dies with this process even if it is SIGKILLed.
+    "splatq is up" is printed once the gateway is ready and a worker has reached Redis."""
     configure_logging(settings.log_level, settings.log_format, "stack")
+    redis_port = redis_port or settings.embedded_redis_port
     redis: RedisServer | None = None
     env = process_environment()
     if settings.redis_url_is_default:
@@ -67,8 +81,13 @@ async def run_stack(
     if not settings.storage_url:
         env["SPLATQ_STORAGE_URL"] = f"file://{settings.storage_root.resolve()}"
     if not settings.api_keys:
-        # A development key for this stack only (printed below); production sets its own.
-        env["SPLATQ_API_KEYS"] = f"dev:{DEV_KEY_PREFIX}{secrets.token_urlsafe(18)}"
+        # A development key for this stack only, kept under the data dir so the next `make up`
+        # (and the README's commands) reuse it; production sets its own.
+        env["SPLATQ_API_KEYS"] = f"dev:{dev_api_key(settings.data_dir)}"
+    if "SPLATQ_WEBHOOK_ALLOW_PRIVATE" not in env:
+        # The local stack delivers to receivers on this machine (examples/webhook_receiver.py);
+        # production keeps the SSRF guard's default (private addresses refused).
+        env["SPLATQ_WEBHOOK_ALLOW_PRIVATE"] = "1"
     api_key = env.get("SPLATQ_API_KEYS", "").split(",")[0].partition(":")[2]
     child_settings = settings.with_overrides(
         redis_url=redis_url,
@@ -84,20 +103,99 @@ async def run_stack(
                 preexec_fn=die_with_parent(),  # dies with `splatq up`, even on SIGKILL
             )
             log.info("service.started", service=spec.name, pid=children[spec.name].pid)
-        gateway = settings.public_base_url
-        print(
-            f"splatq is up.\n  API:     {gateway}  (OpenAPI: {gateway}/openapi.json)\n"
-            f"  API key: {api_key}\n  Redis:   {redis_url}\n"
-            f"  try:     curl -H 'Authorization: Bearer {api_key}' -F image=@photo.png "
-            f"{gateway}/v1/jobs\n(Ctrl-C stops everything)",
-            flush=True,
-        )
+        if not await _wait_until_ready(child_settings, children):
+            return 1
+        print(up_banner(settings, api_key, redis_url), flush=True)
         return await _supervise(children, then(child_settings) if then else None)
     finally:
         await _stop_children(children, settings.shutdown_grace_s + 5)
         if redis is not None:
             await redis.stop()
             log.info("redis.stopped")
+
+
+def dev_api_key(data_dir: Path) -> str:
+    """The local stack's development key: read from `<data_dir>/dev-api-key`, or made once and
+    written there (mode 0600)."""
+    path = data_dir / DEV_KEY_FILE
+    if path.exists():
+        key = path.read_text(encoding="utf-8").strip()
+        if key.startswith(DEV_KEY_PREFIX):
+            return key
+    key = f"{DEV_KEY_PREFIX}{secrets.token_urlsafe(18)}"
+    data_dir.mkdir(parents=True, exist_ok=True)
+    temp = path.with_suffix(".tmp")
+    temp.write_text(key + "\n", encoding="utf-8")
+    temp.chmod(0o600)
+    temp.replace(path)
+    return key
+
+
+def up_banner(settings: Settings, api_key: str, redis_url: str) -> str:
+    gateway = settings.public_base_url
+    sample = _display_path(BUNDLED_SAMPLE)
+    key_file = settings.data_dir / DEV_KEY_FILE
+    key_line = f"{api_key}  (saved in {key_file})" if settings.api_keys == {} else api_key
+    return (
+        f"splatq is up.\n  API:     {gateway}  (OpenAPI: {gateway}/openapi.json)\n"
+        f"  API key: {key_line}\n  Redis:   {redis_url}\n"
+        f"  try:     curl -H 'Authorization: Bearer {api_key}' -F image=@{sample} "
+        f'-F \'params={{"quality":"preview"}}\' {gateway}/v1/jobs\n'
+        f"     or:   SPLATQ_API_KEY={api_key} splatq submit {sample} --quality preview "
+        f"--wait --out out/\n(Ctrl-C stops everything)"
+    )
+
+
+def _display_path(path: Path) -> str:
+    with contextlib.suppress(ValueError):
+        return str(path.resolve().relative_to(Path.cwd()))
+    return str(path)
+
+
+async def _wait_until_ready(
+    settings: Settings, children: dict[str, asyncio.subprocess.Process]
+) -> bool:
+    """Until the gateway answers /readyz and a worker that started after now has reached Redis
+    (its fleet tick: after its handler's startup, e.g. the model load). False when a child
+    exits first or READY_TIMEOUT_S passes."""
+    redis = connect(settings.redis_url, client_name="splatq-stack")
+    keys = KeySchema(partitions=settings.partitions)
+    try:
+        seconds, micros = await redis.time()
+        since_ms = seconds * 1000 + micros // 1000
+        deadline = time.monotonic() + READY_TIMEOUT_S
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=2)) as http:
+            while time.monotonic() < deadline:
+                dead = [n for n, p in children.items() if p.returncode is not None]
+                if dead:
+                    log.error("stack.not_ready", exited=dead)
+                    return False
+                if await _gateway_ready(http, settings) and await _worker_ticked(
+                    redis, keys, since_ms
+                ):
+                    return True
+                await asyncio.sleep(0.2)
+        log.error("stack.not_ready", waited_s=READY_TIMEOUT_S)
+        return False
+    finally:
+        await redis.aclose()
+
+
+async def _gateway_ready(http: aiohttp.ClientSession, settings: Settings) -> bool:
+    url = f"http://127.0.0.1:{settings.gateway_port}/readyz"
+    try:
+        async with http.get(url) as resp:
+            return resp.status == 200
+    except (aiohttp.ClientError, TimeoutError):
+        return False
+
+
+async def _worker_ticked(redis: Redis, keys: KeySchema, since_ms: int) -> bool:
+    for p in range(keys.partitions):
+        recent = await redis.zrangebyscore(keys.workers(p), since_ms, "+inf", start=0, num=1)
+        if recent:
+            return True
+    return False
 
 
 async def _supervise(

@@ -175,6 +175,8 @@ class Settings:
     api_url: str = ""
     api_key: str = ""
     data_dir: Path = Path("var")
+    # The port of the redis-server `splatq up` embeds (when SPLATQ_REDIS_URL is not set).
+    embedded_redis_port: int = 6390
 
     # Streams and partitions. The partition count is fixed per deployment (like Kafka
     # partitions): job ids carry their partition, so changing it strands nothing, but new
@@ -420,6 +422,9 @@ class Settings:
                 e, "SPLATQ_REDIS_WAIT_TIMEOUT_MS", d.redis_wait_timeout_ms, 1
             ),
             data_dir=Path(e.get("SPLATQ_DATA_DIR", "").strip() or d.data_dir),
+            embedded_redis_port=_int(
+                e, "SPLATQ_EMBEDDED_REDIS_PORT", d.embedded_redis_port, 1
+            ),
             partitions=_int(e, "SPLATQ_PARTITIONS", d.partitions, 1),
             worker_partitions=worker_parts,
             fair_scheduling=_bool(e, "SPLATQ_FAIR_SCHEDULING", d.fair_scheduling),
