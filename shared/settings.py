@@ -422,9 +422,7 @@ class Settings:
                 e, "SPLATQ_REDIS_WAIT_TIMEOUT_MS", d.redis_wait_timeout_ms, 1
             ),
             data_dir=Path(e.get("SPLATQ_DATA_DIR", "").strip() or d.data_dir),
-            embedded_redis_port=_int(
-                e, "SPLATQ_EMBEDDED_REDIS_PORT", d.embedded_redis_port, 1
-            ),
+            embedded_redis_port=_int(e, "SPLATQ_EMBEDDED_REDIS_PORT", d.embedded_redis_port, 1),
             partitions=_int(e, "SPLATQ_PARTITIONS", d.partitions, 1),
             worker_partitions=worker_parts,
             fair_scheduling=_bool(e, "SPLATQ_FAIR_SCHEDULING", d.fair_scheduling),

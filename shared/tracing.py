@@ -97,6 +97,11 @@ def _joined_id_generator() -> Any:
         def generate_trace_id(self) -> int:
             return _root_trace_id.get() or super().generate_trace_id()
 
+        def is_trace_id_random(self) -> bool:
+            # A joined id came from a caller or a job record: not ours to vouch for (W3C's
+            # `random` trace flag stays unset).
+            return not _root_trace_id.get()
+
     return JoinedIds()
 
 

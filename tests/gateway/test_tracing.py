@@ -4,9 +4,6 @@ same trace. Off by default: nothing is wrapped."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
-import pytest
 from aiohttp import FormData
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind
@@ -18,17 +15,10 @@ from tests.conftest import WorkerFactory, wait_for_status
 from tests.gateway import corpus
 from tests.gateway.conftest import AUTH_A, ClientFactory
 from tests.handlers import BehaviourHandler
+from tests.tracing_fixtures import spans  # noqa: F401 - the fixture
 
 TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
 CALLER_SPAN = "00f067aa0ba902b7"
-
-
-@pytest.fixture
-def spans() -> Iterator[InMemorySpanExporter]:
-    exporter = InMemorySpanExporter()
-    tracing.configure_tracing("off", "test", exporter=exporter)
-    yield exporter
-    tracing.shutdown_tracing()
 
 
 def test_tracing_is_off_and_wraps_nothing_by_default() -> None:
@@ -41,7 +31,7 @@ def test_tracing_is_off_and_wraps_nothing_by_default() -> None:
 
 
 async def test_a_request_and_its_job_share_the_callers_trace(
-    spans: InMemorySpanExporter,
+    spans: InMemorySpanExporter,  # noqa: F811 - the imported fixture
     make_client: ClientFactory,
     start_worker: WorkerFactory,
     queue: JobQueue,
@@ -77,7 +67,8 @@ async def test_a_request_and_its_job_share_the_callers_trace(
 
 
 async def test_a_request_without_traceparent_gets_the_trace_id_it_answers(
-    spans: InMemorySpanExporter, make_client: ClientFactory
+    spans: InMemorySpanExporter,  # noqa: F811 - the imported fixture
+    make_client: ClientFactory,
 ) -> None:
     client = await make_client()
     resp = await client.get("/v1/jobs/j_0000000000000000000000000000", headers=AUTH_A)
