@@ -77,7 +77,8 @@ class QueueMetrics:
         return cls(
             queue_depth=Gauge(
                 "splatq_queue_depth",
-                "Entries not yet delivered to any worker",
+                "Jobs waiting for a worker: in the tenants' fair queues, or in the stream and "
+                "not yet delivered",
                 sp,
                 registry=registry,
             ),
@@ -101,7 +102,8 @@ class QueueMetrics:
             ),
             oldest_waiting_age=Gauge(
                 "splatq_oldest_waiting_age_seconds",
-                "Age of the oldest entry not yet delivered to any worker (0 when none waits)",
+                "Age of the oldest job waiting for a worker (fair queue or undelivered stream "
+                "entry; 0 when none waits)",
                 sp,
                 registry=registry,
             ),
@@ -146,7 +148,9 @@ class QueueMetrics:
             waiting = running = 0
             for stream in STREAMS:
                 s = await queue.stream_stats(p, stream)
-                depth = max(s.length - s.pending, 0)
+                # Waiting: in the tenants' fair queues, or in the stream but not delivered.
+                fair = await queue.waiting(p, stream)
+                depth = max(s.length - s.pending, 0) + fair.waiting
                 waiting += depth
                 running += s.pending
                 self.queue_depth.labels(stream.value, label).set(depth)
@@ -158,7 +162,9 @@ class QueueMetrics:
                 else:
                     self.group_lag.labels(stream.value, label).set(s.lag)
                 self.oldest_pending_age.labels(stream.value, label).set(s.oldest_pending_age_s)
-                self.oldest_waiting_age.labels(stream.value, label).set(s.oldest_waiting_age_s)
+                self.oldest_waiting_age.labels(stream.value, label).set(
+                    max(s.oldest_waiting_age_s, fair.oldest_waiting_age_s)
+                )
             counts = await queue.partition_counts(p)
             self.jobs_in_state.labels(JobStatus.QUEUED.value, label).set(waiting)
             self.jobs_in_state.labels(JobStatus.PROCESSING.value, label).set(running)

@@ -1,0 +1,66 @@
+"""The queue gauges against a real Redis: waiting jobs (in the tenants' fair queues or in the
+stream) are counted and aged apart from running ones; no -1 sentinel; the gateway's registry
+holds no worker family."""
+
+from __future__ import annotations
+
+import pytest
+from prometheus_client import CollectorRegistry
+
+from splatq.shared.engine.queue import JobQueue
+from splatq.shared.metrics import EngineMetrics, QueueMetrics
+from splatq.shared.redis.server import RedisServer
+from tests.conftest import WorkerFactory, engine_settings, spec, wait_for_status, wait_until
+
+
+def value(registry: CollectorRegistry, name: str, **labels: str) -> float | None:
+    return registry.get_sample_value(name, labels)
+
+
+@pytest.mark.parametrize("fair", [True, False], ids=["fair-queues", "arrival-order"])
+async def test_waiting_jobs_are_counted_and_aged_apart_from_running_ones(
+    fair: bool, redis_server: RedisServer, queue: JobQueue, start_worker: WorkerFactory
+) -> None:
+    settings = engine_settings(redis_server.url, fair_scheduling=fair)
+    q = JobQueue(queue.redis, settings)
+    registry = CollectorRegistry()
+    metrics = QueueMetrics.create(registry)
+    ids = [(await q.enqueue(spec(sleep_s=30))).job_id for _ in range(3)]
+    where = {"stream": "interactive", "partition": "0"}
+
+    async def aged() -> bool:
+        await metrics.sample(q, (0,))
+        return (value(registry, "splatq_oldest_waiting_age_seconds", **where) or 0) > 0
+
+    await wait_until(aged, timeout_s=10)
+    assert value(registry, "splatq_queue_depth", **where) == 3
+    assert value(registry, "splatq_jobs_in_state", state="queued", partition="0") == 3
+    assert value(registry, "splatq_jobs_in_state", state="processing", partition="0") == 0
+    assert value(registry, "splatq_oldest_pending_age_seconds", **where) == 0
+
+    # One slot: one job runs, two wait.
+    await start_worker(worker_concurrency=1, interactive_share=1.0, fair_scheduling=fair)
+    await wait_for_status(q, ids[0], {"processing"})
+
+    async def one_running() -> bool:
+        await metrics.sample(q, (0,))
+        return value(registry, "splatq_jobs_in_state", state="processing", partition="0") == 1
+
+    await wait_until(one_running, timeout_s=10)
+    assert value(registry, "splatq_jobs_in_state", state="queued", partition="0") == 2
+    assert value(registry, "splatq_queue_depth", **where) == 2
+    assert (value(registry, "splatq_oldest_waiting_age_seconds", **where) or 0) > 0
+    for family in registry.collect():
+        for sample in family.samples:
+            assert sample.value >= 0, sample  # no sentinel
+
+
+def test_the_gateway_registry_has_no_worker_families() -> None:
+    gateway, worker = CollectorRegistry(), CollectorRegistry()
+    QueueMetrics.create(gateway)
+    EngineMetrics.create(worker)
+    gateway_names = {f.name for f in gateway.collect()}
+    worker_only = {f.name for f in worker.collect()} - gateway_names
+    assert "splatq_job_queue_wait_duration_seconds" in worker_only
+    assert "splatq_deliveries" in worker_only
+    assert not gateway_names & worker_only
