@@ -87,7 +87,7 @@ def _route_stdlib_logging(
     ]
     if not use_console:
         pre_chain.append(structlog.processors.format_exc_info)
-    handler = logging.StreamHandler(sys.stderr)
+    handler = _StderrHandler()
     handler.setFormatter(
         structlog.stdlib.ProcessorFormatter(
             foreign_pre_chain=pre_chain,
@@ -102,6 +102,22 @@ def _route_stdlib_logging(
     for name in _QUIET_LIBRARIES:
         logging.getLogger(name).setLevel(max(level, logging.WARNING))
     logging.captureWarnings(True)  # warnings.warn() lines, too
+
+
+class _StderrHandler(logging.StreamHandler):  # type: ignore[type-arg]
+    """Writes to whatever `sys.stderr` is at the time of the record (as logging's own
+    last-resort handler does), not the stream of the moment it was configured."""
+
+    def __init__(self) -> None:
+        super().__init__(sys.stderr)
+
+    @property
+    def stream(self) -> Any:
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, _value: Any) -> None:
+        """Ignored: the stream is always the current stderr."""
 
 
 def _log_crashes() -> None:
