@@ -1133,6 +1133,11 @@ def test_dashboard_links_to_the_runbooks() -> None:
         anchors.add(anchor)
     assert anchors <= headings, sorted(anchors - headings)
     assert {"stuck-jobs", "gpu-utilisation", "liveness"} <= anchors
+    for panel in dashboard_panels():
+        for link in panel.get("links", []):
+            prefix, _, anchor = link["url"].partition("#")
+            assert prefix == "${runbooks}", (panel["title"], link)
+            assert anchor in headings, (panel["title"], anchor)
 
 
 @pytest.mark.parametrize(
