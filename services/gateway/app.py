@@ -81,6 +81,7 @@ UNAVAILABLE_ERRORS = (
     BusyLoadingError,
     StorageUnavailable,
 )
+PROBE_ROUTES = frozenset({"/healthz", "/readyz", "/metrics"})
 # nginx's "client closed request": counted, never as a server error.
 CLIENT_CLOSED_STATUS = 499
 
@@ -172,7 +173,8 @@ async def observe(request: web.Request, handler: Handler) -> web.StreamResponse:
         metrics = request.app[METRICS]
         metrics.requests.labels(route, method, str(status)).inc()
         metrics.latency.labels(route).observe(elapsed)
-        log.info(
+        # Probes and scrapes every few seconds are debug lines, not the access log.
+        (log.debug if route in PROBE_ROUTES else log.info)(
             "http.request",
             method=method,
             route=route,
