@@ -16,6 +16,7 @@ import contextlib
 import importlib.metadata
 import platform
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram, Info
@@ -24,6 +25,7 @@ from splatq.shared.engine.jobs import JobRecord
 from splatq.shared.engine.keys import STREAMS
 from splatq.shared.engine.queue import JobQueue
 from splatq.shared.engine.states import JobStatus
+from splatq.shared.tenant_metrics import TenantMetrics
 
 _DURATION_BUCKETS = (0.005, 0.025, 0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800)
 # Queue wait and end-to-end time: from sub-second (an idle interactive worker) to hours (a
@@ -195,10 +197,17 @@ class EngineMetrics:
     slots_in_use: Gauge
     slots_reserved: Gauge
     entries_lost_alarm: Counter
+    tenants: TenantMetrics
 
     @classmethod
-    def create(cls, registry: CollectorRegistry = REGISTRY) -> EngineMetrics:
+    def create(
+        cls,
+        registry: CollectorRegistry = REGISTRY,
+        top_tenants: int = 10,
+        named_tenants: Iterable[str] = (),
+    ) -> EngineMetrics:
         return cls(
+            tenants=TenantMetrics.create(top_tenants, named_tenants, registry),
             queues=QueueMetrics.create(registry),
             deliveries=Counter(
                 "splatq_deliveries_total",
@@ -301,6 +310,7 @@ class EngineMetrics:
 
     async def sample_queues(self, queue: JobQueue, partitions: tuple[int, ...]) -> None:
         await self.queues.sample(queue, partitions)
+        await self.tenants.sample(queue, partitions)
 
     def observe_started(self, job: JobRecord) -> None:
         """Queue wait, once per job: at its first delivery (a retry or a re-delivery after a
@@ -312,6 +322,8 @@ class EngineMetrics:
     def observe_finished(self, job: JobRecord, outcome: str, run_s: float) -> None:
         """End-to-end time of a job that reached a final outcome; `run_s` is this run's
         time since its start (the worker's monotonic clock, so no clock skew enters)."""
+        if outcome in TERMINAL_OUTCOMES:
+            self.tenants.finished(job.tenant, outcome)
         if outcome in TERMINAL_OUTCOMES and job.started_at_ms is not None:
             total_s = max(job.started_at_ms - job.created_at_ms, 0) / 1000 + run_s
             self.end_to_end.labels(job.stream.value, quality_label(job.quality), outcome).observe(

@@ -272,6 +272,10 @@ class Settings:
     log_format: str = "auto"
     log_level: str = "info"
     metrics_port: int = 0
+    # Per-tenant metrics (docs/operations.md#metrics): gauges for the N tenants with the most
+    # waiting jobs (the rest as 'other'); finished-job counters only for the named tenants.
+    metrics_top_tenants: int = 10
+    metrics_tenants: tuple[str, ...] = ()
     # `/livez` on the metrics port answers 503 once the event loop has not beaten for this long.
     liveness_max_age_s: float = 15.0
     # OpenTelemetry traces (the `otel` extra): off, otlp (OTEL_EXPORTER_OTLP_* configure the
@@ -520,6 +524,10 @@ class Settings:
                 frozenset({"debug", "info", "warning", "error"}),
             ),
             metrics_port=_int(e, "SPLATQ_METRICS_PORT", d.metrics_port, 0),
+            metrics_top_tenants=_int(e, "SPLATQ_METRICS_TOP_TENANTS", d.metrics_top_tenants, 0),
+            metrics_tenants=tuple(
+                t.strip() for t in e.get("SPLATQ_METRICS_TENANTS", "").split(",") if t.strip()
+            ),
             liveness_max_age_s=_float(
                 e, "SPLATQ_LIVENESS_MAX_AGE_S", d.liveness_max_age_s, 1.0, 3600.0
             ),

@@ -31,7 +31,9 @@ async def run_worker(settings: Settings, factory: HandlerFactory, service: str =
     handler = factory(settings)
     startup = getattr(handler, "startup", None)
     shutdown = getattr(handler, "shutdown", None)
-    metrics = EngineMetrics.create()
+    metrics = EngineMetrics.create(
+        top_tenants=settings.metrics_top_tenants, named_tenants=settings.metrics_tenants
+    )
     register_build_info(service=service)
     redis = connect(settings.redis_url, client_name=f"splatq-{service}")
     queue = open_queue(redis, settings)  # JobQueue, or WAIT after commits (replicated_queue)
