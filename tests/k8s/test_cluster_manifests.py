@@ -29,6 +29,11 @@ def _secret_nodes() -> set[str]:
 def test_every_partition_stream_has_a_lag_and_a_length_trigger() -> None:
     [scaled] = [d for d in _docs("keda-scaledobject.yaml") if d["kind"] == "ScaledObject"]
     triggers = scaled["spec"]["triggers"]
+    # plus one Prometheus trigger per stream class on the fair queues' backlog (all partitions)
+    waiting = [t for t in triggers if t["type"] == "prometheus"]
+    assert {t["name"] for t in waiting} == {f"{s.value}-waiting" for s in STREAMS}
+    assert all("splatq_queue_depth" in t["metadata"]["query"] for t in waiting)
+    triggers = [t for t in triggers if t["type"] != "prometheus"]
     keys = KeySchema(partitions=PARTITIONS)
     streams = {keys.stream(p, s) for p in range(PARTITIONS) for s in STREAMS}
     lag = {t["metadata"]["stream"] for t in triggers if "lagCount" in t["metadata"]}

@@ -799,7 +799,8 @@ def test_route_labels_in_queries_are_real_routes() -> None:
 
 
 def test_keda_triggers_watch_the_real_streams() -> None:
-    """KEDA's redis-streams triggers name partition 0's streams and the configured group."""
+    """KEDA's redis-streams triggers name partition 0's streams and the configured group; a
+    Prometheus trigger per stream scales on the jobs waiting in the fair queues."""
     docs = load_docs(KEDA)
     scaled = next(d for d in docs if d["kind"] == "ScaledObject")
     auth = next(d for d in docs if d["kind"] == "TriggerAuthentication")
@@ -811,6 +812,16 @@ def test_keda_triggers_watch_the_real_streams() -> None:
     streams = {keys.stream(0, s) for s in STREAMS}
     group = configmap_data()["SPLATQ_CONSUMER_GROUP"]
     triggers = scaled["spec"]["triggers"]
+    # jobs waiting in the fair queues are not in the streams: a Prometheus trigger per stream
+    # on splatq_queue_depth (which counts them) scales on the backlog
+    waiting = [t for t in triggers if t["type"] == "prometheus"]
+    assert {re.search(r'stream="(\w+)"', t["metadata"]["query"])[1] for t in waiting} == {
+        s.value for s in STREAMS
+    }
+    for t in waiting:
+        assert "splatq_queue_depth" in t["metadata"]["query"]
+        assert int(t["metadata"]["threshold"]) > 0
+    triggers = [t for t in triggers if t["type"] != "prometheus"]
     lag_triggers = [t for t in triggers if "lagCount" in t["metadata"]]
     assert {t["metadata"]["stream"] for t in lag_triggers} == streams
     for t in triggers:
