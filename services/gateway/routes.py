@@ -301,23 +301,6 @@ async def _enqueue_once(
     return result
 
 
-async def _enqueue_first(
-    request: web.Request,
-    queue: JobQueue,
-    spec: JobSpec,
-    terms: tuple[int, int, TenantPolicy],
-    existed: bool,
-) -> EnqueueResult:
-    """The first `_enqueue_once`; a refusal by quota leaves nothing behind (like an overload,
-    in `_enqueue`)."""
-    try:
-        return await _enqueue_once(request, queue, spec, *terms)
-    except ApiError:
-        if not existed:
-            await request.app[STORAGE].delete(spec.input_ref)
-        raise
-
-
 async def _enqueue(
     request: web.Request,
     queue: JobQueue,
@@ -339,9 +322,12 @@ async def _enqueue(
     )
     tenant_limit = settings.tenant_backlog_limit(limit)
     # Store the input first: once the job is in the stream a worker may start it at once.
-    # Inputs are content-addressed, so a repeat or a concurrent twin writes the same object.
-    existed = not await storage.put_if_absent(spec.input_ref, submission.image)
-    result = await _enqueue_first(request, queue, spec, (limit, tenant_limit, policy), existed)
+    # Inputs are content-addressed, so a repeat or a concurrent twin writes the same object
+    # (storing one that exists refreshes its age, which retention's grace relies on). A
+    # refusal (quota, overload) leaves it: a concurrent identical submission may have found
+    # it stored and named it in its job; retention deletes it once no job needs it.
+    await storage.put_if_absent(spec.input_ref, submission.image)
+    result = await _enqueue_once(request, queue, spec, limit, tenant_limit, policy)
     job = result.job
     hops = 0
     while not keyed and not result.created and not result.overloaded:
@@ -361,10 +347,9 @@ async def _enqueue(
         result = await _enqueue_once(request, queue, spec, limit, tenant_limit, policy)
         job = result.job
     if result.overloaded:
-        if not existed:
-            # Leave nothing behind for a refused request (a concurrent twin that needs the
-            # same object re-uploads it: content-addressed writes are idempotent).
-            await storage.delete(spec.input_ref)
+        # The input stays: a concurrent identical submission (another tenant's, or one that
+        # was accepted) may have found it stored and named it in its job. Retention deletes
+        # it once no job needs it and it is past its age (docs/operations.md#retention).
         if result.overload_scope == "tenant":
             # This tenant's own share of the queue is full; every other tenant still submits.
             counter.labels("tenant_backlog_full").inc()

@@ -21,6 +21,7 @@ value has a default (policy.default_policies(), the schedules below).
 
     [retention]
     inputs_max_age_s = 604800
+    inputs_grace_s = 900          # an input younger than this is never deleted
     artifacts_max_age_s = 2592000
     tenants = { acme = { artifacts_max_age_s = 86400 } }
 """
@@ -43,6 +44,11 @@ from splatq.shared.maintenance.policy import (
 from splatq.shared.maintenance.schedule import Schedule, ScheduleError
 
 E = TypeVar("E", DeadLetterKind, Action, Requirement)
+
+
+# The default and the least grace of an input (see RetentionConfig.inputs_grace_s).
+INPUTS_GRACE_S = 900
+MIN_INPUTS_GRACE_S = 600
 
 
 class ConfigError(ValueError):
@@ -71,6 +77,15 @@ class RetentionConfig:
     inputs_max_age_s: int = 7 * 24 * 3600
     artifacts_max_age_s: int = 30 * 24 * 3600
     tenant_artifacts_max_age_s: Mapping[str, int] = field(default_factory=dict)
+    # An input younger than this is never deleted, whatever inputs_max_age_s says: a
+    # submission stores its input before it records its job (and S3 refreshes an existing
+    # input's age at most every S3_REFRESH_AFTER_S = 300 s), so this must exceed both.
+    inputs_grace_s: int = INPUTS_GRACE_S
+
+    @property
+    def input_age_s(self) -> int:
+        """The age past which an input nobody needs is deleted."""
+        return max(self.inputs_max_age_s, self.inputs_grace_s)
 
     def artifacts_age_for(self, tenant: str) -> int:
         return self.tenant_artifacts_max_age_s.get(tenant, self.artifacts_max_age_s)
@@ -191,7 +206,9 @@ def _tasks(where: _Where, raw: Mapping[str, Any]) -> Mapping[str, TaskConfig]:
 
 
 def _retention(where: _Where, raw: Mapping[str, Any]) -> RetentionConfig:
-    where.only(raw, "retention", {"inputs_max_age_s", "artifacts_max_age_s", "tenants"})
+    where.only(
+        raw, "retention", {"inputs_max_age_s", "inputs_grace_s", "artifacts_max_age_s", "tenants"}
+    )
     d = RetentionConfig()
     tenants = where.table(raw, "tenants", "retention.tenants")
     per_tenant: dict[str, int] = {}
@@ -211,6 +228,9 @@ def _retention(where: _Where, raw: Mapping[str, Any]) -> RetentionConfig:
             where.number(raw, "retention", "artifacts_max_age_s", d.artifacts_max_age_s, 0)
         ),
         tenant_artifacts_max_age_s=per_tenant,
+        inputs_grace_s=int(
+            where.number(raw, "retention", "inputs_grace_s", d.inputs_grace_s, MIN_INPUTS_GRACE_S)
+        ),
     )
 
 

@@ -1,26 +1,27 @@
 """Retention (task `retention`): inputs and artifacts older than their age are deleted, in
-checkpointed batches, unless a job still needs them.
+checkpointed batches, unless a job still needs them. Works on any `Storage` that lists
+(file:// and s3://).
 
 - inputs (`inputs/..`, content-addressed and shared by tenants): deleted when older than
-  `inputs_max_age_s` and no job record that is not completed or canceled names it (a failed
-  job may be redriven and needs its input back);
+  `inputs_max_age_s` -- and never younger than `inputs_grace_s` -- and no job record that is
+  not completed or canceled names it (a failed job may be redriven and needs its input back);
 - artifacts (`jobs/<job id>/..`): deleted when older than the tenant's artifact age (the job
   record names the tenant; without a record, the default), never while the job is unfinished.
 
-The references are read *after* each batch of candidates was listed, so a job created before
-that read keeps its input. What is left is a narrow window: a new submission of an input that
-is already old, between that read and the delete (milliseconds); closing it needs the gateway
-to refresh an input's age when it re-uploads one (docs/operations.md#retention).
+Concurrent submissions: the gateway stores an input before it records its job, and never
+deletes one (a refused submission leaves its input: a concurrent twin may need it); storing
+an input that exists refreshes its age (`Storage.put_if_absent`). So an input that a
+submission in flight has stored but not yet named in a job is younger than the grace. The
+job references are read after each batch was listed, and an input's age is read again just
+before its delete: what is left is a re-upload of an old input landing between that read and
+the delete, one storage call apart (docs/operations.md#retention).
 """
 
 from __future__ import annotations
 
-import asyncio
-import os
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
-from pathlib import Path
 
 import structlog
 
@@ -28,7 +29,7 @@ from splatq.shared.engine.queue import JobQueue
 from splatq.shared.maintenance.config import RetentionConfig
 from splatq.shared.maintenance.schedule import Schedule
 from splatq.shared.maintenance.scheduler import TaskRun
-from splatq.shared.storage.store import TEMP_MARKER, LocalFileStorage, Storage
+from splatq.shared.storage.store import ObjectInfo, Storage
 
 log = structlog.get_logger("splatq.retention")
 UNFINISHED = frozenset({"queued", "processing", "retrying"})
@@ -38,43 +39,19 @@ PREFIXES = ("inputs", "jobs")
 OnDeleted = Callable[[str, int], None]
 
 
-@dataclass(frozen=True, slots=True)
-class StoredObject:
-    key: str
-    mtime_s: float
-
-    @property
-    def job_id(self) -> str:
-        """For an artifact (`jobs/<job id>/..`), its job id."""
-        return self.key.split("/", 2)[1] if self.key.startswith("jobs/") else ""
+def job_of(key: str) -> str:
+    """For an artifact (`jobs/<job id>/..`), its job id; '' for anything else."""
+    return key.split("/", 2)[1] if key.startswith("jobs/") else ""
 
 
-def walk_local(root: Path, after: str) -> Iterator[StoredObject]:
-    """Objects under inputs/ and jobs/ in key order (by path segment), after key `after`
-    (staged temp files of writes in progress left out)."""
-    mark = tuple(after.split("/")) if after else ()
+async def listing(storage: Storage, after: str) -> AsyncIterator[ObjectInfo]:
+    """Every object under inputs/ then jobs/, resuming after key `after` (a checkpoint)."""
+    top = after.split("/", 1)[0] if after else ""
     for prefix in PREFIXES:
-        yield from _walk(root, root / prefix, mark)
-
-
-def _walk(root: Path, directory: Path, mark: tuple[str, ...]) -> Iterator[StoredObject]:
-    try:
-        entries = sorted(os.scandir(directory), key=lambda e: e.name)
-    except (FileNotFoundError, NotADirectoryError):
-        return
-    for entry in entries:
-        if TEMP_MARKER in entry.name or entry.name.startswith("."):
+        if top and top > prefix:
             continue
-        path = Path(entry.path)
-        parts = path.relative_to(root).parts
-        if entry.is_dir(follow_symlinks=False):
-            if not mark or parts >= mark[: len(parts)]:
-                yield from _walk(root, path, mark)
-        elif parts > mark:
-            try:
-                yield StoredObject("/".join(parts), entry.stat().st_mtime)
-            except FileNotFoundError:
-                continue
+        async for obj in storage.list_objects(prefix, after if top == prefix else ""):
+            yield obj
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,6 +71,7 @@ class Retention:
         schedule: Schedule,
         batch: int = 1000,
         on_deleted: OnDeleted | None = None,
+        clock: Callable[[], float] = time.time,
     ) -> None:
         self.queue = queue
         self.storage = storage
@@ -101,34 +79,47 @@ class Retention:
         self.schedule = schedule
         self.batch = batch
         self._on_deleted = on_deleted
+        self._clock = clock
 
     async def run(self, run: TaskRun) -> str:
-        if not isinstance(self.storage, LocalFileStorage):
-            return "skipped: listing objects is implemented for file:// storage only"
-        root = self.storage.root
         deleted = {"input": 0, "artifact": 0}
-        walker = walk_local(root, run.checkpoint)
-        while True:
-            batch = await asyncio.to_thread(_take, walker, self.batch)
-            if not batch:
-                break
-            now = time.time()
-            candidates = [o for o in batch if self._old_enough(o, now, None)]
-            if candidates:
-                refs = await self.references()  # read after the candidates were listed
-                for obj in candidates:
-                    kind = "artifact" if obj.job_id else "input"
-                    if self._needed(obj, refs, now):
-                        continue
-                    await self.storage.delete(obj.key)
-                    deleted[kind] += 1
-                    if self._on_deleted is not None:
-                        self._on_deleted(kind, 1)
+        batch: list[ObjectInfo] = []
+        async for obj in listing(self.storage, run.checkpoint):
+            batch.append(obj)
+            if len(batch) >= self.batch:
+                await self._sweep(batch, deleted)
+                await run.save(batch[-1].key)
+                batch = []
+        if batch:
+            await self._sweep(batch, deleted)
             await run.save(batch[-1].key)
         return f"deleted {deleted['input']} inputs, {deleted['artifact']} artifacts"
 
-    def _old_enough(self, obj: StoredObject, now: float, tenant: str | None) -> bool:
-        if obj.job_id:
+    async def _sweep(self, batch: list[ObjectInfo], deleted: dict[str, int]) -> None:
+        now = self._clock()
+        candidates = [o for o in batch if self._old_enough(o, now, None)]
+        if not candidates:
+            return
+        refs = await self.references()  # read after the candidates were listed
+        for obj in candidates:
+            kind = "artifact" if job_of(obj.key) else "input"
+            if self._needed(obj, refs, now):
+                continue
+            if kind == "input":
+                # Its age again, now: a submission may have stored it since the listing.
+                modified = await self.storage.modified_at(obj.key)
+                if modified is None or not self._old_enough(
+                    ObjectInfo(obj.key, modified), self._clock(), None
+                ):
+                    continue
+            await self.storage.delete(obj.key)
+            deleted[kind] += 1
+            log.info("retention.deleted", kind=kind, key=obj.key)
+            if self._on_deleted is not None:
+                self._on_deleted(kind, 1)
+
+    def _old_enough(self, obj: ObjectInfo, now: float, tenant: str | None) -> bool:
+        if job_of(obj.key):
             age = (
                 self.config.artifacts_age_for(tenant)
                 if tenant is not None
@@ -140,13 +131,14 @@ class Retention:
                 )
             )
         else:
-            age = self.config.inputs_max_age_s
-        return now - obj.mtime_s >= age
+            age = self.config.input_age_s
+        return now - obj.modified_s >= age
 
-    def _needed(self, obj: StoredObject, refs: JobRefs, now: float) -> bool:
-        if not obj.job_id:
+    def _needed(self, obj: ObjectInfo, refs: JobRefs, now: float) -> bool:
+        job_id = job_of(obj.key)
+        if not job_id:
             return obj.key in refs.inputs
-        status, tenant = refs.jobs.get(obj.job_id, ("", ""))
+        status, tenant = refs.jobs.get(job_id, ("", ""))
         if status in UNFINISHED:
             return True
         return not self._old_enough(obj, now, tenant)
@@ -181,12 +173,3 @@ class Retention:
             jobs[str(job_id)] = (str(status or ""), str(tenant or ""))
             if input_ref and status in KEEPS_INPUT:
                 inputs.add(str(input_ref))
-
-
-def _take(walker: Iterator[StoredObject], count: int) -> list[StoredObject]:
-    out: list[StoredObject] = []
-    for obj in walker:
-        out.append(obj)
-        if len(out) >= count:
-            break
-    return out

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import itertools
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 TEMP_MARKER = ".tmp-"
@@ -45,3 +46,39 @@ def write_if_absent(path: Path, data: bytes) -> bool:
     write_file(temp, data)
     os.replace(temp, path)
     return True
+
+
+def refresh_mtime(path: Path) -> bool:
+    """Set `path`'s modification time to now; False when it does not exist (any more)."""
+    try:
+        os.utime(path)
+    except FileNotFoundError:
+        return False
+    return True
+
+
+def walk_files(root: Path, directory: Path, after: str) -> Iterator[tuple[str, float]]:
+    """(key relative to `root`, mtime) of every file under `directory`, in key order by path
+    segment, strictly after key `after`; staged temporaries and hidden names left out."""
+    mark = tuple(after.split("/")) if after else ()
+    yield from _walk(root, directory, mark)
+
+
+def _walk(root: Path, directory: Path, mark: tuple[str, ...]) -> Iterator[tuple[str, float]]:
+    try:
+        entries = sorted(os.scandir(directory), key=lambda e: e.name)
+    except (FileNotFoundError, NotADirectoryError):
+        return
+    for entry in entries:
+        if TEMP_MARKER in entry.name or entry.name.startswith("."):
+            continue
+        path = Path(entry.path)
+        parts = path.relative_to(root).parts
+        if entry.is_dir(follow_symlinks=False):
+            if not mark or parts >= mark[: len(parts)]:
+                yield from _walk(root, path, mark)
+        elif parts > mark:
+            try:
+                yield "/".join(parts), entry.stat().st_mtime
+            except FileNotFoundError:
+                continue

@@ -11,7 +11,8 @@ import contextlib
 import hashlib
 import mimetypes
 import secrets
-from collections.abc import Iterator
+import time
+from collections.abc import AsyncIterator, Iterator
 from contextlib import AsyncExitStack
 from pathlib import PurePosixPath
 from typing import Any
@@ -24,6 +25,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from splatq.shared.storage.store import (
     TEMP_MARKER,
+    ObjectInfo,
     ObjectNotFound,
     Staged,
     StorageUnavailable,
@@ -38,6 +40,11 @@ MULTIPART_THRESHOLD = 8 * 1024 * 1024
 PART_SIZE = 8 * 1024 * 1024
 # CopyObject (used by commit) refuses sources above 5 GiB; stage()+commit() is bounded by it.
 COPY_OBJECT_LIMIT = 5 * 1024**3
+
+# put_if_absent refreshes an existing object's age (a CopyObject onto itself) only when it is
+# older than this, so a popular input costs one copy per interval, not one per submission.
+# Retention's input grace must exceed it (docs/operations.md#retention).
+S3_REFRESH_AFTER_S = 300.0
 
 _NOT_FOUND_CODES = frozenset({"NoSuchKey", "NotFound", "404"})
 _BUCKET_MISSING_CODES = frozenset({"NoSuchBucket", "NotFound", "404"})
@@ -112,6 +119,8 @@ class S3Storage:
         connect_timeout_s: float = 5.0,
         read_timeout_s: float = 60.0,
         max_attempts: int = 3,
+        refresh_after_s: float = S3_REFRESH_AFTER_S,
+        list_page_size: int = 1000,
     ) -> None:
         if not bucket:
             raise ValueError("S3Storage needs a bucket name")
@@ -121,6 +130,8 @@ class S3Storage:
             validate_key(self.prefix)
         self.endpoint_url = endpoint_url or None
         self.region = region
+        self.refresh_after_s = refresh_after_s
+        self.list_page_size = list_page_size
         self._config = AioConfig(
             connect_timeout=connect_timeout_s,
             read_timeout=read_timeout_s,
@@ -229,20 +240,64 @@ class S3Storage:
             await s3.delete_object(Bucket=self.bucket, Key=self._raw(staged.temp_key))
 
     async def put_if_absent(self, key: str, data: bytes) -> bool:
-        """HEAD then PUT: content-addressed keys make the race harmless (same bytes)."""
-        if await self.exists(key):
-            return False
+        """HEAD then PUT: content-addressed keys make the race harmless (same bytes). An
+        existing object older than `refresh_after_s` is copied onto itself, which moves its
+        LastModified to now (retention then sees it as new); gone by then (retention deleted
+        it after the HEAD), it is written anew."""
+        modified = await self.modified_at(key)
+        if modified is not None:
+            if time.time() - modified < self.refresh_after_s:
+                return False
+            full = self._full(key)
+            s3 = await self._client()
+            try:
+                with _translate(f"refreshing {key!r}"):
+                    await s3.copy_object(
+                        Bucket=self.bucket,
+                        Key=full,
+                        CopySource={"Bucket": self.bucket, "Key": full},
+                        MetadataDirective="REPLACE",
+                        ContentType=_content_type(key),
+                    )
+                return False
+            except ObjectNotFound:
+                pass
         await self.put_bytes(key, data)
         return True
 
     async def exists(self, key: str) -> bool:
+        return await self.modified_at(key) is not None
+
+    async def modified_at(self, key: str) -> float | None:
         s3 = await self._client()
         try:
             with _translate(f"checking {key!r}"):
-                await s3.head_object(Bucket=self.bucket, Key=self._full(key))
+                head = await s3.head_object(Bucket=self.bucket, Key=self._full(key))
         except ObjectNotFound:
-            return False
-        return True
+            return None
+        return float(head["LastModified"].timestamp())
+
+    async def list_objects(self, prefix: str, after: str = "") -> AsyncIterator[ObjectInfo]:
+        """ListObjectsV2 pages (`list_page_size` keys each) in S3's key order (UTF-8 bytes), from
+        StartAfter `after`; staged temporaries left out."""
+        s3 = await self._client()
+        listing = f"{self._full(prefix)}/"
+        strip = len(self.prefix) + 1 if self.prefix else 0
+        extra = {"StartAfter": self._full(after)} if after else {}
+        paginator = s3.get_paginator("list_objects_v2")
+        pages = paginator.paginate(
+            Bucket=self.bucket,
+            Prefix=listing,
+            PaginationConfig={"PageSize": self.list_page_size},
+            **extra,
+        )
+        with _translate(f"listing {prefix!r}"):
+            async for page in pages:
+                for obj in page.get("Contents", []):
+                    key = str(obj["Key"])[strip:]
+                    if TEMP_MARKER in key.rsplit("/", 1)[-1]:
+                        continue
+                    yield ObjectInfo(key, float(obj["LastModified"].timestamp()))
 
     async def delete(self, key: str) -> None:
         s3 = await self._client()

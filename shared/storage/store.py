@@ -7,8 +7,10 @@ reader never sees a partial object. No job logic here; the S3 backend is `splatq
 from __future__ import annotations
 
 import asyncio
+import itertools
 import os
 import secrets
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -16,10 +18,21 @@ from urllib.parse import urlparse
 
 from splatq.shared.engine.errors import PermanentError, TransientError
 from splatq.shared.engine.group_commit import GroupCommitWriter
-from splatq.shared.storage.files import TEMP_MARKER, write_file, write_if_absent
+from splatq.shared.storage.files import (
+    TEMP_MARKER,
+    refresh_mtime,
+    walk_files,
+    write_file,
+    write_if_absent,
+)
 
-__all__ = ["TEMP_MARKER", "LocalFileStorage", "ObjectNotFound", "Staged", "Storage",
-           "StorageUnavailable", "open_storage", "validate_key"]  # fmt: skip
+__all__ = ["TEMP_MARKER", "LocalFileStorage", "ObjectInfo", "ObjectNotFound", "Staged",
+           "Storage", "StorageUnavailable", "open_storage", "validate_key"]  # fmt: skip
+# How often put_if_absent may find an object gone again (retention deleted it between the
+# check and the refresh) before it gives up: once is all retention can do.
+_REFRESH_TRIES = 3
+# Objects a listing reads from disk per hop to a thread.
+_LIST_CHUNK = 1000
 
 
 class ObjectNotFound(PermanentError):
@@ -37,6 +50,15 @@ class Staged:
     key: str
     temp_key: str
     size: int
+
+
+@dataclass(frozen=True, slots=True)
+class ObjectInfo:
+    """A committed object in a listing: its key and when it was last written (or its age
+    refreshed by `put_if_absent`), Unix seconds."""
+
+    key: str
+    modified_s: float
 
 
 class Storage(Protocol):
@@ -60,10 +82,21 @@ class Storage(Protocol):
 
     async def put_if_absent(self, key: str, data: bytes) -> bool:
         """Write and commit unless the key exists (content-addressed objects); True when
-        this call wrote it."""
+        this call wrote it. An object that exists has its age refreshed (its modification
+        time moves to now; on S3 at most once per `S3_REFRESH_AFTER_S`), so retention,
+        which deletes only old objects, treats a re-uploaded input as new."""
         ...
 
     async def delete(self, key: str) -> None: ...
+
+    def list_objects(self, prefix: str, after: str = "") -> AsyncIterator[ObjectInfo]:
+        """Committed objects under `prefix/` (staged temporaries left out) in the backend's
+        key order, strictly after key `after` (a checkpoint of an earlier listing)."""
+        ...
+
+    async def modified_at(self, key: str) -> float | None:
+        """When the object was last written or refreshed (Unix seconds); None if absent."""
+        ...
 
     async def sweep_temp(self, prefix: str) -> int:
         """Delete temporary (never committed) objects under `prefix`; returns how many."""
@@ -136,11 +169,33 @@ class LocalFileStorage:
     async def put_if_absent(self, key: str, data: bytes) -> bool:
         path = self.path_of(key)
         try:
-            if self._writer is not None:
-                return await self._writer.put_if_absent(path, data)
-            return await asyncio.to_thread(write_if_absent, path, data)
+            for _ in range(_REFRESH_TRIES):
+                if self._writer is not None:
+                    wrote = await self._writer.put_if_absent(path, data)
+                else:
+                    wrote = await asyncio.to_thread(write_if_absent, path, data)
+                # It existed: refresh its age. Gone again in between (retention deleted
+                # it): write it anew.
+                if wrote or await asyncio.to_thread(refresh_mtime, path):
+                    return wrote
         except OSError as exc:
             raise StorageUnavailable(f"writing {key!r}: {exc}") from exc
+        raise StorageUnavailable(f"writing {key!r}: deleted {_REFRESH_TRIES} times while written")
+
+    async def list_objects(self, prefix: str, after: str = "") -> AsyncIterator[ObjectInfo]:
+        walker = walk_files(self.root, self.path_of(prefix), after)
+        while True:
+            chunk = await asyncio.to_thread(_take, walker, _LIST_CHUNK)
+            for key, mtime in chunk:
+                yield ObjectInfo(key, mtime)
+            if len(chunk) < _LIST_CHUNK:
+                return
+
+    async def modified_at(self, key: str) -> float | None:
+        try:
+            return (await asyncio.to_thread(self.path_of(key).stat)).st_mtime
+        except FileNotFoundError:
+            return None
 
     async def sweep_temp(self, prefix: str) -> int:
         directory = self.path_of(prefix)
@@ -154,6 +209,10 @@ class LocalFileStorage:
             return len(stale)
 
         return await asyncio.to_thread(sweep)
+
+
+def _take(items: Iterator[tuple[str, float]], count: int) -> list[tuple[str, float]]:
+    return list(itertools.islice(items, count))
 
 
 def open_storage(url: str, default_root: Path, *, s3_endpoint_url: str = "") -> Storage:

@@ -32,12 +32,14 @@ def form(image: bytes = PNG, params: dict[str, Any] | None = None) -> FormData:
     return data
 
 
-async def nothing_left_behind(redis: Redis, storage: LocalFileStorage) -> None:
-    """No job record, no claim, no stored input after a refused request."""
+async def nothing_left_behind(redis: Redis, storage: LocalFileStorage, inputs: int = 0) -> None:
+    """No job record, no claim after a refused request, and `inputs` stored inputs: none for
+    a request refused before its input was stored; one refused after (quota, overload) keeps
+    it for retention, since a concurrent identical submission may need it."""
     assert [k async for k in redis.scan_iter("splatq:*:job:*")] == []
     assert [k async for k in redis.scan_iter("splatq:*:idem:*")] == []
-    inputs = storage.root / "inputs"
-    assert not inputs.exists() or not any(p.is_file() for p in inputs.rglob("*"))
+    root = storage.root / "inputs"
+    assert len([p for p in root.rglob("*") if p.is_file()] if root.exists() else []) == inputs
 
 
 async def problem(resp: Any, status: int, code: str) -> dict[str, Any]:
@@ -302,10 +304,11 @@ async def test_rate_limit_answers_429_with_retry_after(make_client: ClientFactor
     assert (await client.post("/v1/jobs", data=form(), headers=AUTH_B)).status == 202
 
 
-async def test_backlog_limit_answers_503_with_retry_after_and_keeps_nothing(
+async def test_backlog_limit_answers_503_with_retry_after_and_records_no_job(
     make_client: ClientFactory, redis: Redis, storage: LocalFileStorage
 ) -> None:
-    """A full interactive stream refuses new work at the door (503 overloaded)."""
+    """A full interactive stream refuses new work at the door (503 overloaded): no job; the
+    stored input stays for retention (a concurrent identical submission may need it)."""
     client = await make_client(max_backlog_interactive=2, tenant_backlog_share=1.0)
     for i in range(2):
         resp = await client.post(
@@ -321,15 +324,15 @@ async def test_backlog_limit_answers_503_with_retry_after_and_keeps_nothing(
     assert resp.headers["Retry-After"] == "5"
     jobs = [k async for k in redis.scan_iter("splatq:*:job:*") if not k.endswith(":events")]
     assert len(jobs) == 2
-    assert len(list((storage.root / "inputs").rglob("*.png"))) == 2
+    assert len(list((storage.root / "inputs").rglob("*.png"))) == 3
 
 
 async def test_a_tenant_at_its_backlog_share_is_refused_alone(
     make_client: ClientFactory, redis: Redis, storage: LocalFileStorage
 ) -> None:
     """Tenant A with its share (25 % of 8 = 2 unfinished jobs) full gets 429
-    tenant_backlog_full and leaves nothing behind; tenant B still gets 202; canceling one of
-    A's jobs gives A room again."""
+    tenant_backlog_full and no job (its input stays for retention); tenant B still gets 202;
+    canceling one of A's jobs gives A room again."""
     client = await make_client(max_backlog_interactive=8, tenant_backlog_share=0.25)
     ids = []
     for i in range(2):
@@ -345,7 +348,9 @@ async def test_a_tenant_at_its_backlog_share_is_refused_alone(
     )
     await problem(resp, 429, "tenant_backlog_full")
     assert int(resp.headers["Retry-After"]) >= 1
-    assert len(list((storage.root / "inputs").rglob("*.png"))) == 2
+    jobs = [k async for k in redis.scan_iter("splatq:*:job:*") if not k.endswith(":events")]
+    assert len(jobs) == 2
+    assert len(list((storage.root / "inputs").rglob("*.png"))) == 3
     for i in range(2):  # B's own share, untouched by A's
         resp = await client.post(
             "/v1/jobs", data=form(corpus.valid_png(40 + i, 8), {"quality": "preview"}),

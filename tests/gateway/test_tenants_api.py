@@ -105,7 +105,7 @@ async def test_rotation_keeps_the_old_key_for_its_grace(make_client: ClientFacto
     assert [k["expires_at"] is not None for k in keys] == [True, False]
 
 
-async def test_quota_exceeded_is_429_with_the_reset_and_leaves_nothing(
+async def test_quota_exceeded_is_429_with_the_reset_and_leaves_no_job(
     make_client: ClientFactory, redis: Redis, storage: LocalFileStorage
 ) -> None:
     client = await _admin_client(make_client, quota_estimates_ms={"preview": 4000, "full": 60000})
@@ -118,7 +118,7 @@ async def test_quota_exceeded_is_429_with_the_reset_and_leaves_nothing(
     assert body["resets_at"].endswith("T00:00:00.000Z")
     assert (body["quota_gpu_seconds"], body["requested_gpu_seconds"]) == (3, 4)
     assert 1 <= int(refused.headers["Retry-After"]) <= 86400
-    await nothing_left_behind(redis, storage)
+    await nothing_left_behind(redis, storage, inputs=1)  # the input stays for retention
     usage = await (await client.get("/v1/usage", headers=AUTH_A)).json()
     assert (usage["reserved_gpu_seconds"], usage["used_gpu_seconds"]) == (0, 0)
     await problem(

@@ -7,11 +7,17 @@ from pathlib import Path
 
 from redis.asyncio import Redis
 
+from splatq.services.dlq_redriver.service import task_store
 from splatq.shared.engine.keys import StreamName
 from splatq.shared.engine.queue import JobQueue
 from splatq.shared.engine.reaper import Reaper
-from splatq.shared.maintenance.config import RedriverConfig, load_config
+from splatq.shared.maintenance.config import RedriverConfig, RetentionConfig, load_config
 from splatq.shared.maintenance.keys import DeadLetterKind, MaintenanceKeys
+from splatq.shared.maintenance.retention import Retention
+from splatq.shared.maintenance.schedule import Schedule
+from splatq.shared.maintenance.scheduler import Scheduler
+from splatq.shared.maintenance.store import Refusal
+from splatq.shared.storage.store import Storage
 from tests.conftest import spec, wait_until
 
 POISON_POLICY = """
@@ -98,3 +104,17 @@ async def audit_times_ms(redis: Redis, queue: JobQueue, job_ids: list[str]) -> l
             if f["action"] == "redriven":
                 times.append(int(f["at_ms"]))
     return sorted(times)
+
+
+def retention_scheduler(queue: JobQueue, storage: Storage, config: RetentionConfig) -> Scheduler:
+    """A scheduler holding only the retention task (batches of 3: several checkpoints)."""
+    task = Retention(queue, storage, config, Schedule("0 4 * * *"), batch=3)
+    return Scheduler(task_store(queue), [task], "test", 5000, 0.05)
+
+
+async def run_task(scheduler: Scheduler, name: str = "retention") -> str:
+    """Run a task now; it must succeed; its summary."""
+    result = await scheduler.run_now(name)
+    assert not isinstance(result, Refusal)
+    assert result.outcome.value == "success", result.summary
+    return result.summary

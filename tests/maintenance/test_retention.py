@@ -8,20 +8,17 @@ import asyncio
 import dataclasses
 import os
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 from redis.asyncio import Redis
 
-from splatq.services.dlq_redriver.service import task_store
 from splatq.shared.engine.jobs import JobSpec
 from splatq.shared.engine.keys import StreamName
 from splatq.shared.engine.queue import JobQueue
 from splatq.shared.maintenance.config import RetentionConfig
-from splatq.shared.maintenance.retention import Retention
-from splatq.shared.maintenance.schedule import Schedule
-from splatq.shared.maintenance.scheduler import Scheduler
-from splatq.shared.maintenance.store import Refusal
-from splatq.shared.storage.store import LocalFileStorage, input_key
+from splatq.shared.storage.store import LocalFileStorage, ObjectInfo, input_key
+from tests.maintenance.helpers import retention_scheduler, run_task
 
 DAY = 86_400.0
 
@@ -36,18 +33,6 @@ async def _put(storage: LocalFileStorage, key: str, age_s: float = 0.0) -> str:
     if age_s:
         _age(storage, key, age_s)
     return key
-
-
-def _scheduler(queue: JobQueue, storage: LocalFileStorage, config: RetentionConfig) -> Scheduler:
-    task = Retention(queue, storage, config, Schedule("0 4 * * *"), batch=3)
-    return Scheduler(task_store(queue), [task], "test", 5000, 0.05)
-
-
-async def _run(scheduler: Scheduler) -> str:
-    result = await scheduler.run_now("retention")
-    assert not isinstance(result, Refusal)
-    assert result.outcome.value == "success", result.summary
-    return result.summary
 
 
 async def test_only_objects_no_job_needs_are_deleted(
@@ -74,7 +59,7 @@ async def test_only_objects_no_job_needs_are_deleted(
     art_gone = await _put(storage, "jobs/job_000NOTAJOBANYMORE0000000000/scene.ply", 31 * DAY)
     art_recent = await _put(storage, "jobs/job_000NOTAJOBANYMORE0000000001/scene.ply", 2 * DAY)
 
-    summary = await _run(_scheduler(queue, storage, config))
+    summary = await run_task(retention_scheduler(queue, storage, config))
     assert summary == "deleted 2 inputs, 2 artifacts"
     kept = {queued_in, failed_in, fresh_in, art_running, art_recent}
     gone = {done_in, orphan_in, art_done, art_gone}
@@ -85,8 +70,8 @@ async def test_identical_submissions_racing_retention_keep_their_input(
     queue: JobQueue, tmp_path: Path
 ) -> None:
     storage = LocalFileStorage(tmp_path / "objects", group_commit=False)
-    config = RetentionConfig(inputs_max_age_s=1)
-    scheduler = _scheduler(queue, storage, config)
+    config = RetentionConfig(inputs_max_age_s=1, inputs_grace_s=0)
+    scheduler = retention_scheduler(queue, storage, config)
     key = input_key("f" * 64, "png")
     base = JobSpec(tenant="acme", quality="preview", input_ref=key, idempotency_key="same")
     job_ids: set[str] = set()
@@ -100,7 +85,7 @@ async def test_identical_submissions_racing_retention_keep_their_input(
     async def sweep_until(done: asyncio.Future[list[None]]) -> int:
         runs = 0
         while not done.done() or runs < 3:
-            await _run(scheduler)
+            await run_task(scheduler)
             runs += 1
         return runs
 
@@ -111,5 +96,55 @@ async def test_identical_submissions_racing_retention_keep_their_input(
     assert len(job_ids) == 1  # identical submissions share one job ...
     assert await storage.exists(key)  # ... and its input outlived every sweep
     _age(storage, key, 10)
-    await _run(scheduler)
+    await run_task(scheduler)
     assert await storage.exists(key)  # old, but the queued job needs it
+
+
+async def test_an_input_younger_than_the_grace_is_never_deleted(
+    queue: JobQueue, tmp_path: Path
+) -> None:
+    """A submission stores its input before it records its job: an input nobody names yet is
+    kept while younger than inputs_grace_s, whatever inputs_max_age_s says."""
+    storage = LocalFileStorage(tmp_path / "objects", group_commit=False)
+    config = RetentionConfig(inputs_max_age_s=0, inputs_grace_s=600)
+    in_flight = await _put(storage, input_key("a" * 64, "png"), 590)
+    stale = await _put(storage, input_key("b" * 64, "png"), 610)
+    assert await run_task(retention_scheduler(queue, storage, config)) == (
+        "deleted 1 inputs, 0 artifacts"
+    )
+    assert await storage.exists(in_flight)
+    assert not await storage.exists(stale)
+
+
+class ResubmittedWhileListed(LocalFileStorage):
+    """A submission stores `key` again (put_if_absent: it exists) right after retention
+    listed it as old and before retention decides on it."""
+
+    def __init__(self, root: Path, key: str) -> None:
+        super().__init__(root, group_commit=False)
+        self.key = key
+        self.stored_again = False
+
+    async def list_objects(self, prefix: str, after: str = "") -> AsyncIterator[ObjectInfo]:
+        async for obj in super().list_objects(prefix, after):
+            yield obj
+        if prefix == "inputs":
+            assert not await self.put_if_absent(self.key, b"x" * 16)
+            self.stored_again = True
+
+
+async def test_an_old_input_stored_again_after_the_listing_is_kept(
+    queue: JobQueue, tmp_path: Path
+) -> None:
+    """Storing an input that exists refreshes its age, and retention reads an input's age
+    again just before deleting it: an old input a new submission stores (and is about to
+    name in its job) survives the run that listed it as old."""
+    key = input_key("c" * 64, "png")
+    storage = ResubmittedWhileListed(tmp_path / "objects", key)
+    await _put(storage, key, 9 * DAY)
+    config = RetentionConfig(inputs_max_age_s=int(DAY))
+    summary = await run_task(retention_scheduler(queue, storage, config))
+    assert storage.stored_again
+    assert summary == "deleted 0 inputs, 0 artifacts"
+    assert await storage.exists(key)
+    assert time.time() - os.stat(storage.path_of(key)).st_mtime < 60

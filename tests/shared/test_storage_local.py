@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import time
+
 import pytest
 
 from splatq.shared.storage.store import LocalFileStorage, ObjectNotFound, artifact_key, input_key
@@ -46,3 +49,19 @@ async def test_missing_objects_and_hostile_keys(storage: LocalFileStorage) -> No
     for key in ("../etc/passwd", "/abs/path", "a/../../b", "a//b", ".hidden/x", "a/.x", ""):
         with pytest.raises(ValueError, match="invalid storage key"):
             storage.path_of(key)
+
+
+async def test_put_if_absent_refreshes_the_age_of_an_existing_object(
+    storage: LocalFileStorage,
+) -> None:
+    """An existing object is not rewritten, but its modification time moves to now (what
+    retention's age judges), so a re-uploaded input counts as new."""
+    key = "inputs/ab/refresh.png"
+    assert await storage.put_if_absent(key, b"first")
+    os.utime(storage.path_of(key), (1_000_000, 1_000_000))
+    assert not await storage.put_if_absent(key, b"second")
+    modified = await storage.modified_at(key)
+    assert modified is not None
+    assert time.time() - modified < 60
+    assert await storage.get_bytes(key) == b"first"
+    assert await storage.modified_at("inputs/ab/none.png") is None
