@@ -77,6 +77,20 @@ def _int_map(
         raise SettingsError(f"{name}: {exc}") from None
 
 
+def _codes(env: Mapping[str, str], name: str, default: frozenset[str]) -> frozenset[str]:
+    """A comma-separated set of error codes; unset: the default; `none`: empty."""
+    raw = env.get(name)
+    if raw is None:
+        return default
+    codes = frozenset(filter(None, (part.strip() for part in raw.split(","))))
+    if codes == {"none"}:
+        return frozenset()
+    bad = sorted(c for c in codes if not c.replace("_", "").isalnum())
+    if bad:
+        raise SettingsError(f"{name} must list error codes (letters, digits, _), got {bad[0]!r}")
+    return codes
+
+
 def _api_keys(raw: str) -> Mapping[str, str]:
     """Parse `tenant:key,tenant2:key2` into {key: tenant}."""
     keys: dict[str, str] = {}
@@ -196,6 +210,9 @@ class Settings:
     stream_maxlen: int = 1_000_000
     events_maxlen: int = 100_000
     dlq_maxlen: int = 100_000
+    # Error codes whose `failed` jobs are also dead-lettered under that code, so a redrive
+    # policy can act on them (a device out of memory: redriven later with a smaller batch).
+    dead_letter_codes: frozenset[str] = frozenset({"CUDA_OUT_OF_MEMORY"})
     consumer_group: str = "workers"
 
     # Leases, deliveries, retries.
@@ -441,6 +458,7 @@ class Settings:
             stream_maxlen=_int(e, "SPLATQ_STREAM_MAXLEN", d.stream_maxlen, 1000),
             events_maxlen=_int(e, "SPLATQ_EVENTS_MAXLEN", d.events_maxlen, 1000),
             dlq_maxlen=_int(e, "SPLATQ_DLQ_MAXLEN", d.dlq_maxlen, 1000),
+            dead_letter_codes=_codes(e, "SPLATQ_DEAD_LETTER_CODES", d.dead_letter_codes),
             consumer_group=e.get("SPLATQ_CONSUMER_GROUP", "").strip() or d.consumer_group,
             lease_ttl_ms=_int(e, "SPLATQ_LEASE_TTL_MS", d.lease_ttl_ms, 100),
             script_replay_ttl_ms=_int(

@@ -34,13 +34,19 @@ def batch_ready(
     return bool(max_cost) and cost >= max_cost
 
 
-def take_batch(costs: Sequence[int], max_size: int, max_cost: int) -> int:
+def take_batch(
+    costs: Sequence[int], max_size: int, max_cost: int, limits: Sequence[int] = ()
+) -> int:
     """How many queued items (oldest first) form the next batch: at most `max_size`, and
-    within `max_cost` total unless the first item alone exceeds it (it then goes alone)."""
-    total = 0
+    within `max_cost` total unless the first item alone exceeds it (it then goes alone).
+    `limits[i]` > 0 caps the size of any batch item i is in (a job redriven with a smaller
+    batch hint): the batch stops before an item whose cap it would exceed."""
+    total, bound = 0, max_size
     for i, c in enumerate(costs[:max_size]):
-        if max_cost and i > 0 and total + c > max_cost:
+        limit = limits[i] if i < len(limits) and limits[i] > 0 else max_size
+        if i > 0 and ((max_cost and total + c > max_cost) or i + 1 > min(bound, limit)):
             return i
+        bound = min(bound, limit)
         total += c
     return min(len(costs), max_size)
 
@@ -51,6 +57,7 @@ class _Pending(Generic[T, R]):
     cost: int
     arrived: float
     future: asyncio.Future[R]
+    max_batch: int = 0  # > 0: the largest batch this item may run in
 
 
 @dataclass
@@ -85,10 +92,11 @@ class DynamicBatcher(Generic[T, R]):
     def waiting(self) -> int:
         return len(self._queue)
 
-    async def submit(self, item: T, cost: int = 1) -> R:
-        """Queue one item and wait for its result (or its exception)."""
+    async def submit(self, item: T, cost: int = 1, max_batch: int = 0) -> R:
+        """Queue one item and wait for its result (or its exception); `max_batch` > 0 caps
+        the size of the batch it runs in."""
         future: asyncio.Future[R] = asyncio.get_running_loop().create_future()
-        self._queue.append(_Pending(item, cost, time.monotonic(), future))
+        self._queue.append(_Pending(item, cost, time.monotonic(), future, max_batch))
         self._wakeup.set()
         try:
             return await future
@@ -103,17 +111,23 @@ class DynamicBatcher(Generic[T, R]):
                 self._wakeup.clear()
                 await self._wakeup.wait()
                 continue
-            oldest = self._queue[0].arrived
-            waited = time.monotonic() - oldest
+            head = self._queue[0]
+            waited = time.monotonic() - head.arrived
             cost = sum(p.cost for p in self._queue[: self.max_size])
+            size = min(self.max_size, head.max_batch or self.max_size)
             if not batch_ready(
-                len(self._queue), cost, waited, self.max_size, self.max_wait_s, self.max_cost
+                len(self._queue), cost, waited, size, self.max_wait_s, self.max_cost
             ):
                 self._wakeup.clear()
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._wakeup.wait(), self.max_wait_s - waited)
                 continue
-            n = take_batch([p.cost for p in self._queue], self.max_size, self.max_cost)
+            n = take_batch(
+                [p.cost for p in self._queue],
+                self.max_size,
+                self.max_cost,
+                [p.max_batch for p in self._queue],
+            )
             batch, self._queue[:] = self._queue[:n], self._queue[n:]
             live = [p for p in batch if not p.future.done()]
             if not live:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import deque
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -75,6 +76,14 @@ class _Item:
     image: torch.Tensor  # [4, R, R] on CPU
     quality: str
     enqueued_at: float
+    job_id: str = ""
+
+
+def batch_hint(hints: Mapping[str, str]) -> int:
+    """The `batch_max_size` a redrive policy set on the job (`hint_batch_max_size`, e.g.
+    after CUDA_OUT_OF_MEMORY), or 0 (none, or not a positive integer: ignored)."""
+    raw = hints.get("batch_max_size", "")
+    return int(raw) if raw.isdigit() and int(raw) > 0 else 0
 
 
 class GpuJobHandler:
@@ -166,8 +175,13 @@ class GpuJobHandler:
         data = await self.storage.get_bytes(ctx.job.input_ref)
         image = await ctx.run_blocking(decode_image, data, resolution, self.decode_limits)
         await ctx.progress(0.15, "inference")
+        max_batch = batch_hint(ctx.job.hints)
+        if max_batch:
+            ctx.log.info("gpu.batch_hint", batch_max_size=max_batch)
         gaussians = await self.batchers[quality].submit(
-            _Item(image, quality, time.monotonic()), cost=resolution * resolution
+            _Item(image, quality, time.monotonic(), ctx.job.id),
+            cost=resolution * resolution,
+            max_batch=max_batch,
         )
         if self.metrics is not None:
             self.metrics.gaussians_per_job.labels(quality).observe(gaussians.count)

@@ -127,6 +127,8 @@ class JobRecord:
     artifact_run: str = ""
     # Worker deaths charged to this job (1/k each, k = jobs sharing the worker).
     delivery_charge: float = 0.0
+    # Fields `hint_<name>` a redrive policy set (e.g. batch_max_size), by name.
+    hints: Mapping[str, str] = field(default_factory=dict)
 
     @classmethod
     def from_hash(cls, raw: Mapping[str, str]) -> JobRecord:
@@ -170,6 +172,7 @@ class JobRecord:
             request_fingerprint=raw.get("request_fingerprint", ""),
             artifact_run=raw.get("artifact_run", ""),
             delivery_charge=float(raw.get("delivery_charge") or 0.0),
+            hints={k[5:]: v for k, v in raw.items() if k.startswith("hint_")},
         )
 
 

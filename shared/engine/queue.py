@@ -104,6 +104,8 @@ class Finish:
     fields: Mapping[str, str] | None = None
     # Fixed when the outcome is decided: every resend of this commit is the same call.
     request_id: str = field(default_factory=new_request_id)
+    # A `failed` exit also dead-lettered under this reason (a redrive policy acts on it).
+    dead_letter: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -555,6 +557,8 @@ class JobQueue:
             ]
             if f.claim_key:
                 keys.append(f.claim_key)
+            if f.dead_letter:
+                keys.append(self.keys.dead_letters(partition))
             args: list[Arg] = [
                 f.token,
                 f.entry_id,
@@ -575,6 +579,8 @@ class JobQueue:
                 self.settings.lease_ttl_ms + 1,
                 EventType.CANCELED.value,
                 f.request_id,
+                f.dead_letter,
+                self.settings.dlq_maxlen,
             ]
             for name, value in (f.fields or {}).items():
                 args.extend((name, value))

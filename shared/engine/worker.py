@@ -600,6 +600,8 @@ class Worker:
                     outcome_label = "lease_lost"
                 elif result == "ok" and status == "canceled":
                     outcome_label = "canceled"
+                elif result == "ok" and finish.dead_letter and self.metrics is not None:
+                    self.metrics.dead_letters.labels(ctx.stream.value, finish.dead_letter).inc()
                 ctx.log.info(
                     "job.finished",
                     outcome=outcome_label,
@@ -696,6 +698,7 @@ class Worker:
             event_extra=events.failed_fields(info.code, info.message, info.retryable),
             claim_status="FAILED",
             fields=error_fields,
+            dead_letter=info.code if info.code in s.dead_letter_codes else "",
         ), "failed"
 
     # -- committing ---------------------------------------------------------------------

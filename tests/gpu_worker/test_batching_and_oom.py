@@ -119,3 +119,39 @@ def test_memory_budget_raises_the_real_cuda_oom_type() -> None:
     with pytest.raises(torch.cuda.OutOfMemoryError):
         MemoryBudget(10).check(torch.stack(_images([11])))
     MemoryBudget(0).check(torch.stack(_images([10_000 % 256])))  # 0 = off
+
+
+def test_take_batch_respects_an_items_batch_cap() -> None:
+    """An item capped at 1 (a job redriven with batch_max_size=1) runs alone: a batch stops
+    before it, and a batch it heads holds only it; a cap of 2 allows one batch-mate."""
+    assert take_batch([1] * 6, 8, 0, [0, 0, 1, 0, 0, 0]) == 2
+    assert take_batch([1] * 6, 8, 0, [1, 0, 0, 0, 0, 0]) == 1
+    assert take_batch([1] * 6, 8, 0, [0, 2, 0, 0, 0, 0]) == 2
+    assert take_batch([1] * 6, 8, 0, [0] * 6) == 6
+
+
+async def test_batcher_runs_a_capped_item_alone_and_at_once() -> None:
+    """Four items submitted together, the third capped at 1: it gets a pass of its own, the
+    others still share; a capped item at the head leaves without waiting for company."""
+    passes: list[list[int]] = []
+
+    async def run(items: list[int]) -> list[int | BaseException]:
+        passes.append(items)
+        return items
+
+    b: DynamicBatcher[int, int] = DynamicBatcher(run, max_size=8, max_wait_s=0.2)
+    b.start()
+    try:
+        caps = [0, 0, 1, 0]
+        await asyncio.gather(*(b.submit(i, max_batch=c) for i, c in enumerate(caps)))
+        assert [2] in passes
+        assert all(len(p) == 1 for p in passes if 2 in p)
+        assert sorted(i for p in passes for i in p) == [0, 1, 2, 3]
+    finally:
+        await b.stop()
+    patient: DynamicBatcher[int, int] = DynamicBatcher(run, max_size=8, max_wait_s=3600)
+    patient.start()
+    try:  # an hour's max wait: only the cap lets it leave at once
+        assert await asyncio.wait_for(patient.submit(9, max_batch=1), 60) == 9
+    finally:
+        await patient.stop()

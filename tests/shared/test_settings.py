@@ -36,6 +36,10 @@ def test_variables_override_defaults() -> None:
     assert s.owned_partitions == (1, 3)
     assert s.api_keys == {"k1": "acme", "k2": "beta"}
     assert s.webhook_allow_private
+    assert Settings.from_env({}).dead_letter_codes == {"CUDA_OUT_OF_MEMORY"}
+    codes = {"SPLATQ_DEAD_LETTER_CODES": "CUDA_OUT_OF_MEMORY, INPUT_MISSING"}
+    assert Settings.from_env(codes).dead_letter_codes == {"CUDA_OUT_OF_MEMORY", "INPUT_MISSING"}
+    assert Settings.from_env({"SPLATQ_DEAD_LETTER_CODES": "none"}).dead_letter_codes == set()
 
 
 @pytest.mark.parametrize(
@@ -49,6 +53,7 @@ def test_variables_override_defaults() -> None:
         ("SPLATQ_API_KEYS", "no-colon"),
         ("SPLATQ_WORKER_PARTITIONS", "a,b"),
         ("SPLATQ_PARTITIONS", "0"),
+        ("SPLATQ_DEAD_LETTER_CODES", "CUDA OOM"),
     ],
 )
 def test_bad_values_are_refused_naming_the_variable(name: str, value: str) -> None:

@@ -4,12 +4,15 @@
 -- job was taken over commits nothing; one whose lease key merely lapsed while nobody took
 -- the job still commits.
 -- KEYS (one slot): 1 job hash, 2 lease, 3 work stream, 4 events stream, 5 delayed zset,
---                  6 claim key (optional)
+--                  6 claim key (optional), last: dead-letter stream (when ARGV[19] is set)
 -- ARGV: 1 token, 2 entry_id, 3 group, 4 target status, 5 event name ('' = none),
 --       6 event_id, 7 events_maxlen, 8 event extra JSON, 9 retention_ms (terminal only),
 --       10 retry delay ms (retrying only), 11 delayed member, 12 claim status ('' = keep),
 --       13 claim_ttl_ms, 14 entry mode 'ack'|'handoff', 15 handoff consumer,
---       16 handoff idle ms, 17 canceled event name, 18 request id, 19.. field/value pairs
+--       16 handoff idle ms, 17 canceled event name, 18 request id,
+--       19 dead-letter reason ('' = none: a `failed` job whose error a redrive policy may
+--       act on, e.g. CUDA_OUT_OF_MEMORY, is also dead-lettered under that reason),
+--       20 dlq_maxlen, 21.. field/value pairs
 -- Returns {'ok', status} | {'already', status} | {'lease_lost'} | {'illegal', status}
 -- Safe to resend (a lost reply): the job hash keeps `last_commit` = '<request id> <status>'
 -- of its last commit, written with the status itself, so a resend of that very call answers
@@ -47,7 +50,7 @@ local now = now_ms()
 local sets = {}
 if target ~= 'canceled' then
   -- (a canceled job's artifacts were not committed, whatever the worker computed)
-  for i = 19, #ARGV do sets[#sets + 1] = ARGV[i] end
+  for i = 21, #ARGV do sets[#sets + 1] = ARGV[i] end
 end
 local function put(name, value)
   sets[#sets + 1] = name
@@ -55,7 +58,13 @@ local function put(name, value)
 end
 put('status', target); put('updated_at_ms', now); put('lease_until_ms', 0); put('worker', '')
 put('lease_token', ''); put('last_commit', rid .. ' ' .. target)
-if terminal then
+local dlq = nil
+if ARGV[19] ~= '' then dlq = KEYS[#KEYS] end
+local claim_key = KEYS[6]
+if claim_key == dlq then claim_key = nil end
+if dlq and target == 'failed' then
+  put('completed_at_ms', now); put('stage', 'dead_lettered')
+elseif terminal then
   put('completed_at_ms', now); put('stage', target)
   if target == 'completed' then put('progress', 1) end
 elseif target == 'retrying' then
@@ -79,10 +88,15 @@ elseif target == 'queued' then
   redis.call('HINCRBY', KEYS[1], 'attempts', -1)
   redis.call('HINCRBY', KEYS[1], 'deliveries', -1)
 end
-if KEYS[6] then
+if claim_key then
   local claim_status = ARGV[12]
   if target == 'canceled' then claim_status = 'FAILED' end
-  if claim_status ~= '' then set_claim(KEYS[6], job_id, claim_status, ARGV[13]) end
+  if claim_status ~= '' then set_claim(claim_key, job_id, claim_status, ARGV[13]) end
+end
+if dlq and target == 'failed' then
+  redis.call('XADD', dlq, 'MAXLEN', '~', ARGV[20], '*', 'job', job_id, 'entry', ARGV[2],
+    'stream', st[6] or '', 'reason', ARGV[19], 'last_error',
+    redis.call('HGET', KEYS[1], 'error_message') or '', 'at_ms', now)
 end
 local event_name = ARGV[5]
 local extra = ARGV[8]
