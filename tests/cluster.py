@@ -20,6 +20,11 @@ from aiohttp import web
 from aiohttp.test_utils import TestServer
 from redis.asyncio import Redis
 
+from splatq.shared.engine.ids import partition_of
+from splatq.shared.engine.jobs import JobSpec
+from splatq.shared.engine.keys import StreamName
+from splatq.shared.engine.queue import JobQueue
+from splatq.shared.engine.reaper import Reaper
 from splatq.shared.redis.client import connect
 from splatq.shared.redis.cluster_server import LocalCluster
 from splatq.shared.redis.server import free_port
@@ -142,6 +147,12 @@ class Api:
         async with self.http.request(method, f"{self.base}{path}", headers=AUTH, **kw) as resp:
             return resp.status, await resp.json()
 
+    async def download(self, job_id: str, name: str) -> tuple[int, bytes]:
+        """GET a job's artifact; (status, body)."""
+        url = f"{self.base}/v1/jobs/{job_id}/artifacts/{name}"
+        async with self.http.get(url, headers=AUTH) as resp:
+            return resp.status, await resp.read()
+
     async def job(self, job_id: str) -> dict[str, Any]:
         status, body = await self.call("GET", f"/v1/jobs/{job_id}")
         assert status == 200, body
@@ -194,3 +205,28 @@ async def splatq_cli(redis_url: str, env: dict[str, str], *args: str) -> tuple[i
     out, err = await asyncio.wait_for(proc.communicate(), timeout=60)
     assert proc.returncode is not None
     return proc.returncode, out.decode(), err.decode()
+
+
+async def dead_letter_a_job(queue: JobQueue) -> str:
+    """A job whose worker died with its last allowed charge, dead-lettered by the reaper
+    (while the rest of the fleet is alive: its clock ticks, so the lapse is no outage)."""
+    job_id = (
+        await queue.enqueue(JobSpec(tenant="acme", quality="preview", metadata={"order": "dlq"}))
+    ).job_id
+    p = partition_of(job_id)
+    await queue.fleet_tick([p])  # a live fleet: the lapse is a death, not an outage
+    [taken] = await queue.take(p, {StreamName.INTERACTIVE: 1}, 1, "dead-worker")
+    assert taken.outcome == "started"
+    await queue.redis.delete(queue.keys.lease(job_id))
+    charge = str(queue.settings.max_deliveries - 1)
+    await queue.redis.hset(queue.keys.job(job_id), "delivery_charge", charge)  # type: ignore[misc]
+    reaper = Reaper(queue, "reaper", 0.0)
+
+    async def dead() -> bool:
+        await queue.fleet_tick([p])  # other workers stay alive and tick the fleet clock
+        await reaper.reap_stale_entries(p, StreamName.INTERACTIVE, 5)
+        job = await queue.get(job_id)
+        return job is not None and job.status == "failed"
+
+    await wait_until(dead, timeout_s=15, interval_s=0.2)
+    return job_id

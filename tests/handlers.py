@@ -20,6 +20,13 @@ from splatq.shared.engine.errors import PermanentError, TransientError
 from splatq.shared.engine.jobs import JobOutcome
 from splatq.shared.engine.worker import JobContext, JobHandler
 from splatq.shared.settings import Settings
+from splatq.shared.storage.store import (
+    ARTIFACT_FILES,
+    Storage,
+    artifact_key,
+    artifact_run,
+    open_storage,
+)
 
 
 def runs_key(job_id: str) -> str:
@@ -55,7 +62,13 @@ class BehaviourHandler:
     thread), fail ('permanent' | 'transient' | 'transient_once'), crash (SIGKILL own process),
     crash_after_s (SIGKILL after sleeping), first_sleep_s (sleep on the first attempt only),
     loop_block_s (a bug on purpose: time.sleep on the event loop, which stops it),
-    stdlib_log (a line through standard-library logging, as a library would write it)."""
+    stdlib_log (a line through standard-library logging, as a library would write it),
+    artifacts (write the contract's artifact files, small fixed bytes naming the job, to
+    storage, as the GPU worker lays them out, so the gateway can serve them)."""
+
+    def __init__(self, storage: Storage | None = None, base_url: str = "") -> None:
+        self.storage = storage
+        self.base_url = base_url
 
     async def __call__(self, ctx: JobContext) -> JobOutcome:
         meta: dict[str, Any] = dict(ctx.job.metadata)
@@ -83,8 +96,29 @@ class BehaviourHandler:
         if "crash_after_s" in meta:
             await asyncio.sleep(float(meta["crash_after_s"]))
             os.kill(os.getpid(), signal.SIGKILL)
+        if meta.get("artifacts") and self.storage is not None:
+            return await self._write_artifacts(ctx)
         return JobOutcome(artifacts={"result": f"mem://{ctx.job.id}/result"}, model="test-model")
+
+    async def _write_artifacts(self, ctx: JobContext) -> JobOutcome:
+        assert self.storage is not None
+        run = artifact_run(ctx.attempt)
+        urls = {}
+        for name, filename in ARTIFACT_FILES.items():
+            await self.storage.put_bytes(
+                artifact_key(ctx.job.id, filename, run), artifact_bytes(ctx.job.id, name)
+            )
+            urls[name] = f"{self.base_url}/v1/jobs/{ctx.job.id}/artifacts/{name}"
+        return JobOutcome(artifacts=urls, model="test-model", extra_fields={"artifact_run": run})
+
+
+def artifact_bytes(job_id: str, name: str) -> bytes:
+    """What the test handler writes as artifact `name` of a job."""
+    return f"{name} of {job_id}".encode()
 
 
 def make(settings: Settings) -> JobHandler:
-    return BehaviourHandler()
+    storage = open_storage(
+        settings.storage_url, settings.storage_root, s3_endpoint_url=settings.s3_endpoint_url
+    )
+    return BehaviourHandler(storage, settings.public_base_url)

@@ -7,9 +7,10 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import structlog
-from redis.asyncio.cluster import RedisCluster
+from redis.asyncio.cluster import ClusterNode, RedisCluster
 
 from splatq.shared.engine.keys import STREAMS, StreamName
 from splatq.shared.engine.queue import JOB_RETENTION_MS, JobQueue
@@ -136,7 +137,12 @@ class ExpiredLeases:
 @dataclass
 class ExpireRecords:
     """Job records in a terminal state, and idempotency claims, that have no TTL (written by
-    hand, or by a version that forgot one) get their retention, so nothing stays forever."""
+    hand, or by a version that forgot one) get their retention, so nothing stays forever.
+
+    SCAN walks one node's keyspace: on Redis Cluster each primary is scanned in turn (in name
+    order), and the checkpoint is `<node>|<cursor>` (`|<cursor>` on one Redis). A resumed run
+    whose node is no longer a primary (a failover, a reshard) starts over: giving a TTL is
+    idempotent (PEXPIRE NX), and a key that moved while scanned is found on the next run."""
 
     queue: JobQueue
     schedule: Schedule
@@ -144,21 +150,42 @@ class ExpireRecords:
     batch: int = 500
 
     async def run(self, run: TaskRun) -> str:
-        q = self.queue
-        cluster: bool = isinstance(q.redis, RedisCluster)
-        if cluster:
-            return "skipped: SCAN with a checkpoint needs one node (Redis Cluster: not yet)"
-        cursor = int(run.checkpoint) if run.checkpoint.isdigit() else 0
-        expired = 0
-        pattern = f"{q.keys.prefix}:{{p*}}:*"
         started = time.monotonic()
-        while True:
-            cursor, keys = await q.redis.scan(cursor, match=pattern, count=self.batch)
-            expired += await self._expire(list(map(str, keys)))
-            await run.save(str(cursor))
-            if cursor == 0:
-                break
-        return f"{expired} records given a TTL ({time.monotonic() - started:.1f} s)"
+        node_name, _, raw_cursor = run.checkpoint.rpartition("|")
+        cursor = int(raw_cursor) if raw_cursor.isdigit() else 0
+        nodes = self._nodes()
+        names = [name for name, _ in nodes]
+        if run.checkpoint and node_name in names:
+            at = names.index(node_name)
+            if cursor == 0:  # that node was done
+                at += 1
+        else:
+            at, cursor = 0, 0
+        expired = 0
+        for name, node in nodes[at:]:
+            while True:
+                cursor, keys = await self._scan(node, cursor)
+                expired += await self._expire(keys)
+                await run.save(f"{name}|{cursor}")
+                if cursor == 0:
+                    break
+        where = f" on {len(nodes)} primaries" if len(nodes) > 1 else ""
+        return f"{expired} records given a TTL{where} ({time.monotonic() - started:.1f} s)"
+
+    def _nodes(self) -> list[tuple[str, ClusterNode | None]]:
+        redis: Any = self.queue.redis  # typed as Redis; a RedisCluster on a cluster
+        if isinstance(redis, RedisCluster):
+            return sorted(((n.name, n) for n in redis.get_primaries()), key=lambda x: x[0])
+        return [("", None)]
+
+    async def _scan(self, node: ClusterNode | None, cursor: int) -> tuple[int, list[str]]:
+        redis: Any = self.queue.redis
+        pattern = f"{self.queue.keys.prefix}:{{p*}}:*"
+        if node is None:
+            cursor, keys = await redis.scan(cursor, match=pattern, count=self.batch)
+            return int(cursor), list(map(str, keys))
+        cursors, keys = await redis.scan(cursor, match=pattern, count=self.batch, target_nodes=node)
+        return int(cursors[node.name]), list(map(str, keys))
 
     async def _expire(self, keys: list[str]) -> int:
         q = self.queue
@@ -173,7 +200,7 @@ class ExpireRecords:
         ttls, statuses = replies[: len(jobs) + len(claims)], replies[len(jobs) + len(claims) :]
         pipe = q.redis.pipeline(transaction=False)
         count = 0
-        for k, ttl, status in zip(jobs, ttls, statuses, strict=True):
+        for k, ttl, status in zip(jobs, ttls[: len(jobs)], statuses, strict=True):
             if ttl == -1 and status in TERMINAL:
                 pipe.pexpire(k, JOB_RETENTION_MS, nx=True)
                 count += 1

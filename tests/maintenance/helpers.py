@@ -15,7 +15,7 @@ from splatq.shared.maintenance.config import RedriverConfig, RetentionConfig, lo
 from splatq.shared.maintenance.keys import DeadLetterKind, MaintenanceKeys
 from splatq.shared.maintenance.retention import Retention
 from splatq.shared.maintenance.schedule import Schedule
-from splatq.shared.maintenance.scheduler import Scheduler
+from splatq.shared.maintenance.scheduler import Scheduler, Task
 from splatq.shared.maintenance.store import Refusal
 from splatq.shared.storage.store import Storage
 from tests.conftest import spec, wait_until
@@ -106,10 +106,14 @@ async def audit_times_ms(redis: Redis, queue: JobQueue, job_ids: list[str]) -> l
     return sorted(times)
 
 
+def scheduler_of(queue: JobQueue, task: Task) -> Scheduler:
+    """A scheduler holding only `task`."""
+    return Scheduler(task_store(queue), [task], "test", 5000, 0.05)
+
+
 def retention_scheduler(queue: JobQueue, storage: Storage, config: RetentionConfig) -> Scheduler:
     """A scheduler holding only the retention task (batches of 3: several checkpoints)."""
-    task = Retention(queue, storage, config, Schedule("0 4 * * *"), batch=3)
-    return Scheduler(task_store(queue), [task], "test", 5000, 0.05)
+    return scheduler_of(queue, Retention(queue, storage, config, Schedule("0 4 * * *"), batch=3))
 
 
 async def run_task(scheduler: Scheduler, name: str = "retention") -> str:

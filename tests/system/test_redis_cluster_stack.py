@@ -1,7 +1,7 @@
 """The whole stack on a Redis Cluster of three primaries and three replicas: a gateway, two
 workers and the webhook dispatcher as processes, six partitions spread over the primaries.
-Jobs, SSE, webhooks to a job's URL and to a registered endpoint, the endpoints API and both
-kinds of dead letters (`splatq dlq`) all work as on one Redis."""
+Jobs, SSE, artifact downloads, webhooks to a job's URL and to a registered endpoint, the
+endpoints API and both kinds of dead letters (`splatq dlq`) all work as on one Redis."""
 
 from __future__ import annotations
 
@@ -14,16 +14,15 @@ from redis.asyncio import Redis
 
 from splatq.services.webhook_dispatcher.policy import endpoint_wants, should_deliver
 from splatq.shared.engine.ids import partition_of
-from splatq.shared.engine.jobs import JobSpec
-from splatq.shared.engine.keys import StreamName
 from splatq.shared.engine.queue import JobQueue
-from splatq.shared.engine.reaper import Reaper
 from splatq.shared.redis.cluster_server import LocalCluster
+from splatq.shared.storage.store import ARTIFACT_FILES
 from tests.cluster import (
     COMPLETED,
     Api,
     Receiver,
     cluster_client,
+    dead_letter_a_job,
     needs_redis_cli,
     redis_cluster,
     splatq_cli,
@@ -32,6 +31,7 @@ from tests.cluster import (
     wait_ready,
 )
 from tests.conftest import engine_settings, wait_until
+from tests.handlers import artifact_bytes
 from tests.system.conftest import SpawnService, SpawnWorker
 
 __all__ = ["cluster_client", "redis_cluster"]  # fixtures
@@ -55,28 +55,6 @@ async def expected_deliveries(
             if endpoint_wants(f["type"], endpoint_events):
                 expected.add(("endpoint", f["event_id"]))
     return expected
-
-
-async def dead_letter_a_job(queue: JobQueue) -> str:
-    """A job whose worker died with its last allowed charge, dead-lettered by the reaper."""
-    job_id = (
-        await queue.enqueue(JobSpec(tenant="acme", quality="preview", metadata={"order": "dlq"}))
-    ).job_id
-    p = partition_of(job_id)
-    [taken] = await queue.take(p, {StreamName.INTERACTIVE: 1}, 1, "dead-worker")
-    assert taken.outcome == "started"
-    await queue.redis.delete(queue.keys.lease(job_id))
-    charge = str(queue.settings.max_deliveries - 1)
-    await queue.redis.hset(queue.keys.job(job_id), "delivery_charge", charge)  # type: ignore[misc]
-    reaper = Reaper(queue, "reaper", 0.0)
-
-    async def dead() -> bool:
-        await reaper.reap_stale_entries(p, StreamName.INTERACTIVE, 5)
-        job = await queue.get(job_id)
-        return job is not None and job.status == "failed"
-
-    await wait_until(dead, timeout_s=15, interval_s=0.2)
-    return job_id
 
 
 async def test_the_whole_stack_on_three_primaries_and_three_replicas(
@@ -105,7 +83,9 @@ async def test_the_whole_stack_on_three_primaries_and_three_replicas(
             assert status == 201, endpoint
             job_ids = []
             for n in range(JOBS):
-                status, job_id = await api.submit(n, receiver.url("job"))
+                # The first job's worker writes artifact files the gateway then serves.
+                meta = {"artifacts": "1"} if n == 0 else None
+                status, job_id = await api.submit(n, receiver.url("job"), meta)
                 assert status == 202, job_id
                 job_ids.append(job_id)
             assert len({partition_of(j) for j in job_ids}) > 1
@@ -126,6 +106,12 @@ async def test_the_whole_stack_on_three_primaries_and_three_replicas(
                 return expected <= set(receiver.counts(job_ids))
 
             await wait_until(all_delivered, timeout_s=60, interval_s=0.2)
+
+            # Artifact downloads: the job record (its artifact_run) read through the cluster.
+            for name in ARTIFACT_FILES:
+                status, body = await api.download(job_ids[0], name)
+                assert (status, body) == (200, artifact_bytes(job_ids[0], name))
+            assert (await api.download(job_ids[0], "nope"))[0] == 404
 
             # The endpoints API and the job's delivery log.
             status, listed = await api.call("GET", "/v1/webhook-endpoints")
