@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import orjson
+from redis.exceptions import ResponseError
 
 from splatq.shared.engine import events
 from splatq.shared.engine.events import EventType
@@ -91,7 +92,12 @@ class DeadLetterBook:
                 pipe.hgetall(self.schema.job(subject))
             else:
                 pipe.hgetall(self.schema.webhook_message(letter.partition, subject))
-        replies = await pipe.execute()
+        # One unreadable record (a Lua error's cause: a wrong type) must not stop the sweep
+        # at this batch for good: it reads as empty, its redrive answers the error alone.
+        replies = await pipe.execute(raise_on_error=False)
+        for reply in replies:
+            if isinstance(reply, Exception) and not isinstance(reply, ResponseError):
+                raise reply  # a connection error: the batch is retried from its checkpoint
         hashes = [dict(r) if isinstance(r, dict) else {} for r in replies]
         circuits = [True] * len(letters)
         if kind is DeadLetterKind.WEBHOOKS:

@@ -5,8 +5,6 @@ redis-server: replies lost after the command ran, outages longer than a lease, e
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
-from pathlib import Path
 
 import pytest
 from redis.asyncio import Redis
@@ -29,32 +27,11 @@ from tests.conftest import (
     wait_for_status,
     wait_until,
 )
+from tests.fault_fixtures import own_server, proxied, proxy, sha
 from tests.faultproxy import FaultProxy
+
+__all__ = ["own_server", "proxied", "proxy"]  # fixtures
 from tests.handlers import BehaviourHandler, runs_key
-
-
-@pytest.fixture
-async def proxy(redis: Redis, redis_server: RedisServer) -> AsyncIterator[FaultProxy]:
-    """A proxy in front of the session's (flushed) redis-server."""
-    p = FaultProxy(redis_server.port)
-    await p.start()
-    yield p
-    await p.stop()
-
-
-@pytest.fixture
-async def proxied(proxy: FaultProxy, settings: Settings) -> AsyncIterator[JobQueue]:
-    """A JobQueue whose every command goes through the proxy."""
-    client = connect(proxy.url)
-    q = JobQueue(client, settings.with_overrides(redis_url=proxy.url))
-    await q.setup()
-    yield q
-    await client.aclose()
-
-
-def sha(queue: JobQueue, script: Script) -> bytes:
-    return queue.scripts._shas[script].encode()
-
 
 # -- lost replies: every resend answers what the first execution did -------------------------
 
@@ -188,15 +165,6 @@ async def test_one_error_reply_in_a_heartbeat_batch_fails_only_its_own_renewal(
 
 
 # -- error replies and corrupt records ------------------------------------------------------
-
-
-@pytest.fixture
-async def own_server(tmp_path: Path) -> AsyncIterator[RedisServer]:
-    """A redis-server of this test alone (it changes server configuration)."""
-    server = RedisServer(tmp_path / "redis", appendonly=False)
-    await server.start()
-    yield server
-    await server.stop()
 
 
 async def _refuse_writes(client: Redis, how: str, port: int) -> None:
