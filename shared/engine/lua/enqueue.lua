@@ -7,7 +7,8 @@
 --       10 fair-scheduling policy, JSON {"cost", "weight", "cap", "quantum", "group"}, or ''
 --       to go straight into the stream in arrival order (see fair_push),
 --       11.. field/value pairs for the job hash (they include 'tenant' and 'stream')
--- Returns {'created', job_id, entry_id, flat job hash...} | {'duplicate', job_id, claim_status} |
+-- Returns {'created', job_id, entry_id ('' while it waits in a fair queue), flat job hash...} |
+--         {'duplicate', job_id, claim_status} |
 --         {'exists', job_id} | {'overloaded', backlog, scope ('tenant' | 'stream')}
 local job_id = ARGV[1]
 if redis.call('EXISTS', KEYS[1]) == 1 then
@@ -21,12 +22,16 @@ if KEYS[4] then
   end
 end
 local fields = {}
-local tenant, stream_name = '', ''
+local given = {}
 for i = 11, #ARGV, 2 do
   fields[#fields + 1] = ARGV[i]
   fields[#fields + 1] = ARGV[i + 1]
-  if ARGV[i] == 'tenant' then tenant = ARGV[i + 1] end
-  if ARGV[i] == 'stream' then stream_name = ARGV[i + 1] end
+  given[ARGV[i]] = ARGV[i + 1]
+end
+local tenant, stream_name = given['tenant'] or '', given['stream'] or ''
+local function put(name, value)
+  fields[#fields + 1] = name
+  fields[#fields + 1] = value
 end
 local now = now_ms()
 local tenant_backlog = backlog_key(key_tag(KEYS[1]), stream_name, tenant)
@@ -53,32 +58,33 @@ end
 if KEYS[4] then
   redis.call('SET', KEYS[4], 'PENDING ' .. job_id, 'PX', ARGV[5])
 end
-redis.call('HSET', KEYS[1], unpack(fields))
+-- The whole record in one HSET (fewer calls inside the script).
+put('id', job_id); put('status', 'queued'); put('attempts', 0); put('deliveries', 0)
+put('progress', 0); put('stage', 'queued'); put('created_at_ms', now)
+put('updated_at_ms', now); put('claim_key', KEYS[4] or '')
 if max_tenant > 0 then
   -- Counted only when admitted under a tenant bound (the gateway always sets one): a
   -- producer that sets none pays nothing for it, and its jobs do not count against a share.
   redis.call('ZADD', tenant_backlog, now, job_id)
-  redis.call('HSET', KEYS[1], 'backlog_counted', '1')
+  put('backlog_counted', '1')
 end
-redis.call('HSET', KEYS[1], 'id', job_id, 'status', 'queued', 'attempts', 0,
-  'deliveries', 0, 'progress', 0, 'stage', 'queued', 'created_at_ms', now,
-  'updated_at_ms', now, 'claim_key', KEYS[4] or '')
 local entry_id = ''
 if ARGV[10] ~= '' then
   local policy = cjson.decode(ARGV[10])
   local tag = key_tag(KEYS[1])
-  redis.call('HSET', KEYS[1], 'fq', '1', 'entry_id', '')
+  put('fq', '1'); put('entry_id', '')
+  redis.call('HSET', KEYS[1], unpack(fields))
   fair_push(tag, stream_name, tenant, job_id, policy.cost, policy.weight, policy.cap, now)
   -- an idle worker blocked on the stream wakes; under load workers' takes do the moving
   fair_keep_one_ready(tag, stream_name, KEYS[2], policy.group, policy.quantum, ARGV[3])
-  entry_id = redis.call('HGET', KEYS[1], 'entry_id')
 else
-  local trace = redis.call('HGET', KEYS[1], 'trace_id') or ''
   entry_id = redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[3], '*',
-    'v', '1', 'job', job_id, 'trace', trace, 'claim', KEYS[4] or '')
-  redis.call('HSET', KEYS[1], 'entry_id', entry_id)
+    'v', '1', 'job', job_id, 'trace', given['trace_id'] or '', 'claim', KEYS[4] or '')
+  put('entry_id', entry_id)
+  redis.call('HSET', KEYS[1], unpack(fields))
 end
-emit(KEYS[3], ARGV[4], KEYS[1], ARGV[2], ARGV[6], ARGV[7])
+emit(KEYS[3], ARGV[4], KEYS[1], ARGV[2], ARGV[6], ARGV[7],
+  {job_id, tenant, given['metadata'], given['trace_id']}, now)
 -- The new record comes back with the reply: the producer needs no second round trip.
 local out = redis.call('HGETALL', KEYS[1])
 table.insert(out, 1, entry_id)
