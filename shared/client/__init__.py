@@ -8,7 +8,8 @@ talk to a gateway. API errors surface as `ApiProblem` with the contract's stable
 from splatq.shared.client.aio import SplatqClient
 from splatq.shared.client.retry import NO_RETRIES, RetryPolicy, parse_retry_after
 from splatq.shared.client.sync import SyncSplatqClient
-from splatq.shared.client.types import ApiProblem, Event, Job, JobError
+from splatq.shared.client.types import ApiProblem, Event, Job
+from splatq.shared.engine.jobs import JobError
 
 __all__ = [
     "NO_RETRIES",
