@@ -172,6 +172,8 @@ class SplatqClient:
                         raise _problem(
                             resp.status, await resp.read(), resp.headers.get("Retry-After")
                         )
+                    if resp.content_type != "text/event-stream":  # a proxy's answer, not SSE
+                        raise ApiProblem(resp.status, "not_an_event_stream", resp.content_type)
                     async for event in parse_sse(resp.content):
                         last, failures = event.id or last, 0
                         yield event
@@ -179,7 +181,7 @@ class SplatqClient:
                             return
                 failure = ApiProblem(0, "stream_ended", "the event stream closed early")
             except ApiProblem as exc:
-                if exc.status not in {502, 503, 504}:  # refused (4xx): no use asking again
+                if exc.status not in {502, 503, 504}:  # refused, or no SSE here: stop asking
                     raise
                 failure = exc
             except (aiohttp.ClientError, TimeoutError) as exc:
