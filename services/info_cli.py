@@ -1,9 +1,10 @@
 """`splatq info`: per partition and stream, what waits and what runs (read from Redis).
 
-Columns: depth (stream length, acknowledged entries included until trimmed), waiting (the
-consumer group's lag: entries not handed to a worker yet), oldest waiting age, pending
-(handed out, not acknowledged: running or about to be redelivered), consumers; and per
-partition the retries waiting for their due time (delayed).
+Columns: depth (stream length, acknowledged entries included until trimmed), queued (in
+the tenants' fair queues, not yet in the stream), ready (in the stream, not handed to a
+worker yet: the consumer group's lag), waiting (queued + ready), oldest waiting age,
+pending (handed out, not acknowledged: running or about to be redelivered), consumers; and
+per partition the retries waiting for their due time (delayed).
 """
 
 from __future__ import annotations
@@ -43,8 +44,8 @@ def run_info_command(args: argparse.Namespace, settings: Settings) -> int:
     if args.json:
         print(orjson.dumps(rows).decode())
         return EXIT_OK
-    header = ("partition", "stream", "depth", "waiting", "oldest_waiting_s", "pending",
-              "consumers", "delayed")  # fmt: skip
+    header = ("partition", "stream", "depth", "queued", "ready", "waiting", "oldest_waiting_s",
+              "pending", "consumers", "delayed")  # fmt: skip
     table = [header] + [tuple(_cell(r[h]) for h in header) for r in rows]
     widths = [max(len(row[i]) for row in table) for i in range(len(header))]
     for row in table:
@@ -71,7 +72,9 @@ def _rows(backlogs: list[PartitionBacklog]) -> list[dict[str, Any]]:
             "partition": b.partition,
             "stream": s.stream.value,
             "depth": s.length,
-            "waiting": s.lag,
+            "queued": s.queued,
+            "ready": s.ready,
+            "waiting": s.queued + s.ready if s.ready is not None else None,
             "oldest_waiting_s": (
                 round(s.oldest_waiting_age_s, 3) if s.oldest_waiting_age_s is not None else None
             ),

@@ -36,6 +36,8 @@ LIGHT_MODULES = [
     "splatq.services.gateway.__main__",
     "splatq.services.webhook_dispatcher.__main__",
     "splatq.services.dlq_redriver.commands",
+    "splatq.services.quota_settler.__main__",
+    "splatq.services.tenant_cli",
     "splatq.shared.engine.runner",
 ]
 

@@ -1,9 +1,12 @@
 """What waits and what runs, per partition and stream: read-only, for `splatq info` and the
 burst worker (which exits once everything it owns is idle).
 
-One pipeline per partition: the delayed set (retries not yet due), then for each stream its
-length and the consumer group (consumers, pending, lag, last delivered id); a second round
-reads the oldest entry not yet delivered, for its age.
+A job waits in one of three places: a tenant's fair queue (`fair_waiting`, fed into the
+stream by weighted round-robin as workers take), the stream itself (ready: not yet handed
+to a worker, the consumer group's lag), or the delayed set (a retry before its due time).
+One pipeline per partition reads the delayed set and, per stream, the fair-queue count and
+oldest, the stream length and the consumer group; a second round reads the oldest ready
+entry, for its age.
 """
 
 from __future__ import annotations
@@ -25,15 +28,21 @@ class StreamBacklog:
     stream: StreamName
     length: int
     consumers: int
-    # Entries the group has not been handed yet (XINFO GROUPS `lag`); None when Redis cannot
-    # tell (after deletions in the stream), then `oldest_waiting_age_s` still says if any wait.
-    lag: int | None
+    queued: int  # in the tenants' fair queues, not yet in the stream
+    # In the stream, not handed to a worker yet (XINFO GROUPS `lag`); None when Redis cannot
+    # tell (after deletions in the stream); `oldest_waiting_age_s` still says if any wait.
+    ready: int | None
     pending: int  # handed to a worker and not acknowledged: running, or parked for redelivery
-    oldest_waiting_age_s: float | None  # None: nothing waits
+    oldest_waiting_age_s: float | None  # queued or ready, whichever waited longest; None: none
 
     @property
     def idle(self) -> bool:
-        return self.pending == 0 and self.oldest_waiting_age_s is None and not self.lag
+        return (
+            self.queued == 0
+            and self.pending == 0
+            and self.oldest_waiting_age_s is None
+            and not self.ready
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,6 +56,9 @@ class PartitionBacklog:
         return self.delayed == 0 and all(s.idle for s in self.streams)
 
 
+PER_STREAM = 4  # replies per stream in the first round
+
+
 async def read_backlog(
     redis: Redis,
     keys: KeySchema,
@@ -57,46 +69,51 @@ async def read_backlog(
     pipe = redis.pipeline(transaction=False)
     pipe.zcard(keys.delayed(partition))
     for stream in streams:
+        pipe.zcard(keys.fair_waiting(partition, stream))
+        pipe.zrange(keys.fair_waiting(partition, stream), 0, 0, withscores=True)
         pipe.xlen(keys.stream(partition, stream))
         pipe.xinfo_groups(keys.stream(partition, stream))
     replies = await pipe.execute(raise_on_error=False)
     _raise_unexpected(replies[0])
     delayed = int(replies[0])
-    groups: list[dict[str, Any] | None] = []
-    lengths: list[int] = []
+    rows: list[tuple[int, float | None, int, dict[str, Any] | None]] = []
     for i in range(len(streams)):
-        length, infos = replies[1 + 2 * i], replies[2 + 2 * i]
-        _raise_unexpected(length)
-        lengths.append(int(length))
-        if isinstance(infos, ResponseError):  # no such stream yet: nothing in it
-            groups.append(None)
-            continue
-        groups.append(next((g for g in infos if _text(g.get("name")) == group), None))
+        start = 1 + PER_STREAM * i
+        queued, oldest_queued, length, infos = replies[start : start + PER_STREAM]
+        for reply in (queued, oldest_queued, length):
+            _raise_unexpected(reply)
+        group_info = None
+        if not isinstance(infos, ResponseError):  # else no such stream yet: nothing in it
+            group_info = next((g for g in infos if _text(g.get("name")) == group), None)
+        queued_since = float(oldest_queued[0][1]) if oldest_queued else None
+        rows.append((int(queued), queued_since, int(length), group_info))
     pipe = redis.pipeline(transaction=False)
-    for stream, g in zip(streams, groups, strict=True):
+    for stream, (_, _, _, g) in zip(streams, rows, strict=True):
         after = _text(g.get("last-delivered-id")) if g else "0-0"
         pipe.xrange(keys.stream(partition, stream), min=f"({after}", count=1)
     firsts = await pipe.execute()
     now_ms = int(time.time() * 1000)
     out = []
-    for stream, g, length, first in zip(streams, groups, lengths, firsts, strict=True):
-        lag = (int(g["lag"]) if g.get("lag") is not None else None) if g else length
+    for stream, (queued, queued_since, length, g), first in zip(streams, rows, firsts, strict=True):
+        ready = (int(g["lag"]) if g.get("lag") is not None else None) if g else length
+        ages = [(now_ms - ms) / 1000 for ms in (queued_since, _entry_ms(first)) if ms is not None]
         out.append(
             StreamBacklog(
                 partition=partition,
                 stream=stream,
                 length=length,
                 consumers=int(g.get("consumers", 0)) if g else 0,
-                lag=lag,
+                queued=queued,
+                ready=ready,
                 pending=int(g.get("pending", 0)) if g else 0,
-                oldest_waiting_age_s=_age_s(_text(first[0][0]), now_ms) if first else None,
+                oldest_waiting_age_s=max(0.0, *ages) if ages else None,
             )
         )
     return PartitionBacklog(partition, delayed, tuple(out))
 
 
-def _age_s(entry_id: str, now_ms: int) -> float:
-    return max(0.0, (now_ms - int(entry_id.split("-", 1)[0])) / 1000)
+def _entry_ms(first: list[Any]) -> int | None:
+    return int(_text(first[0][0]).split("-", 1)[0]) if first else None
 
 
 def _text(value: object) -> str:

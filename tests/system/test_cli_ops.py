@@ -70,25 +70,29 @@ async def test_info_shows_depth_waiting_age_pending_and_consumers(
     assert code == 0, err
     rows = {r["stream"]: r for r in orjson.loads(out)}
     assert set(rows) == {"interactive", "synthesis"}
-    assert (rows["interactive"]["depth"], rows["interactive"]["waiting"]) == (3, 3)
-    assert (rows["synthesis"]["depth"], rows["synthesis"]["waiting"]) == (1, 1)
-    assert rows["interactive"]["oldest_waiting_s"] >= 0
-    assert rows["interactive"]["pending"] == 0
-    assert rows["interactive"]["consumers"] == 0
-    assert rows["interactive"]["delayed"] == 0
+    interactive, synthesis = rows["interactive"], rows["synthesis"]
+    # fair scheduling keeps one ready in the stream, the rest in the tenant's queue
+    assert (interactive["queued"], interactive["ready"], interactive["waiting"]) == (2, 1, 3)
+    assert (synthesis["queued"], synthesis["ready"], synthesis["waiting"]) == (0, 1, 1)
+    assert interactive["depth"] == 1
+    assert interactive["oldest_waiting_s"] >= 0
+    assert interactive["pending"] == 0
+    assert interactive["consumers"] == 0
+    assert interactive["delayed"] == 0
 
-    # one entry handed to a consumer: pending 1, waiting 2, a consumer
+    # the ready entry handed to a consumer: pending 1, two still waiting (queued), a consumer
     taken = await own_queue.wait_for_new(0, [spec("preview").stream], "c1", 100)
     assert len(taken) == 1
     code, out, _ = await splatq("info", "--json", env=env)
     interactive = next(r for r in orjson.loads(out) if r["stream"] == "interactive")
     assert (interactive["waiting"], interactive["pending"], interactive["consumers"]) == (2, 1, 1)
+    assert interactive["oldest_waiting_s"] is not None
 
     code, out, _ = await splatq("info", env=env)
     assert code == 0
     header, *lines = out.splitlines()
-    assert header.split() == ["partition", "stream", "depth", "waiting", "oldest_waiting_s",
-                              "pending", "consumers", "delayed"]  # fmt: skip
+    assert header.split() == ["partition", "stream", "depth", "queued", "ready", "waiting",
+                              "oldest_waiting_s", "pending", "consumers", "delayed"]  # fmt: skip
     assert len(lines) == 2
 
     code, _, err = await splatq("info", env=worker_env(f"redis://127.0.0.1:{free_port()}/0"))
