@@ -134,10 +134,10 @@ async def test_check_probes_exit_0_when_healthy_and_1_when_not(
 ) -> None:
     good = worker_env(own_redis.url)
     bad = worker_env(f"redis://127.0.0.1:{free_port()}/0")
-    services = ("worker", "dispatcher", "redriver")
+    services = ("worker", "dispatcher", "redriver", "settler")
     *results, (bad_code, bad_out, _) = await asyncio.gather(
         *(splatq(service, "--check", env=good) for service in services),
-        splatq("worker", "--check", env=bad),  # the same probe for all three
+        splatq("worker", "--check", env=bad),  # the same probe for all four
     )
     for service, (code, out, _) in zip(services, results, strict=True):
         assert (code, out.split(":")[0]) == (0, service), out
