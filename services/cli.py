@@ -31,6 +31,7 @@ EXIT_CONFIG = 78  # EX_CONFIG from sysexits.h
 DEFAULT_HANDLER = "splatq.services.gpu_worker.handler:make"  # image -> 3D Gaussians
 
 _DEFAULTS = Settings()
+_OFFSETS = ", ".join(f"{name} +{offset}" for name, offset in METRICS_PORT_OFFSETS.items())
 EPILOG = f"""\
 exit codes (every command):
   0   success (a --check: healthy)
@@ -46,9 +47,8 @@ environment (the most used; README lists every SPLATQ_* variable):
   SPLATQ_API_KEY        API key for submit/status/cancel
   SPLATQ_API_KEYS       the gateway's keys, "tenant:key,..."
   SPLATQ_GATEWAY_PORT   the gateway's port (default {_DEFAULTS.gateway_port})
-  SPLATQ_METRICS_PORT   Prometheus port of a worker, dispatcher or redriver; under `up`
-                        the base: worker +{METRICS_PORT_OFFSETS["worker"]}, dispatcher \
-+{METRICS_PORT_OFFSETS["dispatcher"]}, redriver +{METRICS_PORT_OFFSETS["redriver"]}
+  SPLATQ_METRICS_PORT   /metrics and /livez of a worker, dispatcher, redriver or settler;
+                        under `up` a base: {_OFFSETS}
   SPLATQ_STORAGE_URL    file:///path or s3://bucket/prefix
   SPLATQ_LOG_FORMAT     json | console | auto
 """

@@ -233,25 +233,25 @@ def _drain(fd: int) -> str:
     return b"".join(chunks).decode(errors="replace")
 
 
-def _three_free_ports() -> int:
-    """A base port with base+1 and base+2 free too."""
+def _free_port_run(count: int) -> int:
+    """A base port with the `count - 1` ports after it free too."""
     for _ in range(50):
         base = free_port()
         try:
-            for offset in (1, 2):
+            for offset in range(1, count):
                 with socket.socket() as s:
                     s.bind(("127.0.0.1", base + offset))
         except OSError:
             continue
         return base
-    raise AssertionError("no three consecutive free ports")
+    raise AssertionError(f"no {count} consecutive free ports")
 
 
 async def test_up_gives_each_service_its_own_metrics_port(tmp_path: Path) -> None:
-    """With SPLATQ_METRICS_PORT set the worker, the dispatcher and the redriver each serve
-    /metrics on base + their offset, and the stack keeps running (one shared port killed
-    the worker and with it the stack)."""
-    base = _three_free_ports()
+    """With SPLATQ_METRICS_PORT set the worker, the dispatcher, the redriver and the settler
+    each serve /metrics on base + their offset, and the stack keeps running (one shared port
+    killed the worker and with it the stack)."""
+    base = _free_port_run(len(METRICS_PORT_OFFSETS))
     gateway_port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("SPLATQ_")}
     env.update({"SPLATQ_METRICS_PORT": str(base), "SPLATQ_GATEWAY_PORT": str(gateway_port),
@@ -284,11 +284,19 @@ async def test_up_gives_each_service_its_own_metrics_port(tmp_path: Path) -> Non
                 async with http.get(f"http://127.0.0.1:{port}/metrics") as resp:
                     families[name] = await resp.text()
         # each port is its own service's registry
+        for name, text in families.items():
+            assert f'service="{name}"' in text, (name, text[:2000])
         assert "splatq_queue_depth" in families["worker"]
         assert "splatq_webhook_attempts_total" in families["dispatcher"]
         assert "splatq_redrives_total" in families["redriver"]
         assert "splatq_webhook_attempts_total" not in families["worker"]
         assert stack.poll() is None
+
+        async def up() -> bool:  # past its readiness wait: Ctrl-C now stops it cleanly
+            assert stack.poll() is None
+            return "splatq is up" in (tmp_path / "up.log").read_text()
+
+        await wait_until(up, timeout_s=120, interval_s=0.2)
         stack.send_signal(signal.SIGINT)
         assert stack.wait(timeout=60) == 0
     finally:
