@@ -230,10 +230,12 @@ class SplatqClient:
         **submit: Any,
     ) -> Job:
         """Submit and wait: the job in its final state (completed, failed or canceled).
-        `submit` takes `submit()`'s keywords; `TimeoutError` after `timeout_s`."""
+        `submit` takes `submit()`'s keywords; `TimeoutError` after `timeout_s`. A job that
+        is final at once (a cache hit) is returned at once, or, with `on_event`, after its
+        recorded events were replayed to it (the same callbacks either way)."""
         async with asyncio.timeout(timeout_s):
             job = await self.submit(image, **submit)
-            if job.finished:
+            if job.finished and on_event is None:
                 return job
             return await self.wait(job.id, on_event, poll_interval_s=poll_interval_s)
 

@@ -355,3 +355,23 @@ def test_the_sync_client_works_inside_a_running_event_loop(
     job = asyncio.run(notebook_cell())
     assert job.status is JobStatus.COMPLETED
     assert [r.method for _, r in s.requests] == ["POST", "GET", "GET"]  # submit, SSE, get
+
+
+async def test_run_replays_a_cached_jobs_events_to_on_event(
+    make_client: ClientFactory, start_worker: WorkerFactory
+) -> None:
+    """The second run of one image is a cache hit, final at once: `on_event` still sees the
+    job's events, ending with `completed`; without `on_event` nothing is streamed."""
+    gateway = await make_client()
+    await start_worker()
+    meta = {"sleep_s": 0.1, "who": "cached"}
+    async with SplatqClient(_url(gateway), KEY_A, retry=FAST) as client:
+        first = await client.run(PNG, quality="preview", metadata=meta, timeout_s=60)
+        seen: list[Event] = []
+        second = await client.run(
+            PNG, quality="preview", metadata=meta, on_event=seen.append, timeout_s=60
+        )
+    assert first.status is JobStatus.COMPLETED
+    assert second.id == first.id  # the same computation, answered final at once
+    assert second.status is JobStatus.COMPLETED
+    assert [e.type for e in seen][-1] is EventType.COMPLETED
