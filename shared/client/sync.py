@@ -2,9 +2,9 @@
 
 It runs `SplatqClient` on a private event loop in its own daemon thread and waits for each
 call there, so it works the same with or without a running loop in the caller's thread
-(Jupyter, or a sync function called from async code): it never nests or blocks a loop it
-does not own (it only waits, as any blocking call does). `on_event` callbacks run on that
-private thread.
+(Jupyter, or a sync function called from async code): it never runs the caller's loop nor
+nests one in it; like any blocking call, it holds the calling thread until the answer comes.
+`on_event` callbacks run on the private thread.
 """
 
 from __future__ import annotations
