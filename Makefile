@@ -11,7 +11,8 @@ STAMP := $(VENV)/.installed
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	# torch is pinned (2.13.0) in pyproject: the CPU wheel on these machines' local disk.
+	# dev pulls the worker extra: torch, pinned (2.13.0) in pyproject, the CPU wheel on these
+	# machines' local disk. `pip install splatq` alone is the light client, CLI and gateway.
 	$(PY) -m pip install --quiet -e '.[dev]'
 	@touch $@
 

@@ -15,10 +15,14 @@ from splatq.services.client_cli import add_commands, run_client_command
 from splatq.services.dlq_cli import add_commands as add_dlq_commands
 from splatq.services.dlq_cli import run_dlq_command
 from splatq.services.dlq_redriver.parser import add_commands as add_redriver_commands
-from splatq.services.stack import DEFAULT_REDIS_PORT, run_stack
+from splatq.services.health_check import check_gateway, check_redis
+from splatq.services.info_cli import add_command as add_info_command
+from splatq.services.info_cli import run_info_command
+from splatq.services.stack import DEFAULT_REDIS_PORT, METRICS_PORT_OFFSETS, run_stack
 from splatq.services.tenant_cli import COMMANDS as TENANT_COMMANDS
 from splatq.services.tenant_cli import add_commands as add_tenant_commands
 from splatq.services.tenant_cli import run_tenant_command
+from splatq.shared import __version__
 from splatq.shared.engine.worker import load_handler_factory
 from splatq.shared.settings import Settings, SettingsError
 
@@ -26,10 +30,43 @@ EXIT_USAGE = 2
 EXIT_CONFIG = 78  # EX_CONFIG from sysexits.h
 DEFAULT_HANDLER = "splatq.services.gpu_worker.handler:make"  # image -> 3D Gaussians
 
+_DEFAULTS = Settings()
+_OFFSETS = ", ".join(f"{name} +{offset}" for name, offset in METRICS_PORT_OFFSETS.items())
+EPILOG = f"""\
+exit codes (every command):
+  0   success (a --check: healthy)
+  1   the job failed or was canceled; a --check: unhealthy; a service stopped on error
+  2   usage error
+  3   refused: the API answered 4xx, or the operation was refused
+  4   unavailable: the API or Redis could not be reached, or answered 5xx
+  78  configuration error (an invalid SPLATQ_* value, no API key, a bad handler)
+
+environment (the most used; README lists every SPLATQ_* variable):
+  SPLATQ_REDIS_URL      Redis for the services, `info`, `dlq` (default: `up` runs its own)
+  SPLATQ_API_URL        gateway URL for submit/status/cancel
+  SPLATQ_API_KEY        API key for submit/status/cancel
+  SPLATQ_API_KEYS       the gateway's keys, "tenant:key,..."
+  SPLATQ_GATEWAY_PORT   the gateway's port (default {_DEFAULTS.gateway_port})
+  SPLATQ_METRICS_PORT   /metrics and /livez of a worker, dispatcher, redriver or settler;
+                        under `up` a base: {_OFFSETS}
+  SPLATQ_STORAGE_URL    file:///path or s3://bucket/prefix
+  SPLATQ_LOG_FORMAT     json | console | auto
+"""
+
+CHECK_HELP = (
+    "probe this service's health once and exit 0 (healthy) or 1: for Kubernetes exec probes"
+)
+
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="splatq", description=__doc__.splitlines()[0])
-    sub = p.add_subparsers(dest="command", required=True)
+    p = argparse.ArgumentParser(
+        prog="splatq",
+        description=__doc__.splitlines()[0],
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--version", action="version", version=f"splatq {__version__}")
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
     up = sub.add_parser("up", help="run the local stack in the foreground (Ctrl-C stops it)")
     up.add_argument("--data-dir", default=None, help="where var/redis lives (default ./var)")
     up.add_argument(
@@ -39,55 +76,63 @@ def _parser() -> argparse.ArgumentParser:
         help="port of the embedded redis-server (default SPLATQ_EMBEDDED_REDIS_PORT, "
         f"else {DEFAULT_REDIS_PORT})",
     )
-    sub.add_parser("gateway", help="run the REST gateway (SPLATQ_GATEWAY_PORT)")
-    sub.add_parser("dispatcher", help="run the webhook dispatcher")
-    sub.add_parser("settler", help="run the GPU-quota settler (settles/releases reservations)")
+    g = sub.add_parser("gateway", help="run the REST gateway (SPLATQ_GATEWAY_PORT)")
+    g.add_argument("--check", action="store_true", help=CHECK_HELP + " (GET /readyz)")
+    dsp = sub.add_parser("dispatcher", help="run the webhook dispatcher")
+    dsp.add_argument("--check", action="store_true", help=CHECK_HELP + " (Redis PING)")
+    st = sub.add_parser("settler", help="run the GPU-quota settler (settles/releases reservations)")
+    st.add_argument("--check", action="store_true", help=CHECK_HELP + " (Redis PING)")
     add_commands(sub)
-    add_dlq_commands(sub)
     add_tenant_commands(sub)
+    add_info_command(sub)
+    add_dlq_commands(sub)
     add_redriver_commands(sub)
+    sub.choices["redriver"].add_argument(
+        "--check", action="store_true", help=CHECK_HELP + " (Redis PING)"
+    )
     d = sub.add_parser("demo", help="run the stack, reconstruct the bundled sample, verify")
-    d.add_argument("--quality", choices=["preview", "full"], default="preview")
+    d.add_argument(
+        "--quality", choices=["preview", "full"], default="preview", help="default preview"
+    )
     d.add_argument("--out", default="out", help="where the artifacts go (default ./out)")
     w = sub.add_parser("worker", help="run one worker process")
     w.add_argument(
         "--handler",
         default=None,
         help="job handler factory 'package.module:factory' (default: SPLATQ_JOB_HANDLER, "
-        "else the GPU reconstruction handler)",
+        "else the GPU reconstruction handler, which needs the `worker` extra)",
     )
     w.add_argument("--concurrency", type=int, default=None, help="slots (default from env)")
+    w.add_argument(
+        "--burst",
+        action="store_true",
+        help="drain: exit 0 once nothing waits, is delayed or runs in this worker's partitions",
+    )
+    w.add_argument("--check", action="store_true", help=CHECK_HELP + " (Redis PING)")
     return p
 
 
-def main(argv: Sequence[str] | None = None) -> int:  # noqa: PLR0911 - a branch per family
+def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
         settings = Settings.from_env()
     except SettingsError as exc:
         print(f"splatq: configuration error: {exc}", file=sys.stderr)
         return EXIT_CONFIG
-    if args.command in {"submit", "status", "cancel"}:
-        return run_client_command(args, settings)
-    if args.command == "dlq":
-        return run_dlq_command(args, settings)
-    if args.command in TENANT_COMMANDS:
-        return run_tenant_command(args, settings)
-    if args.command in {"redriver", "tasks"}:
-        from splatq.services.dlq_redriver import commands as redriver  # noqa: PLC0415
+    if getattr(args, "check", False):
+        if args.command == "gateway":
+            return check_gateway(settings)
+        return check_redis(args.command, settings)
+    command = _COMMANDS.get(args.command)
+    return command(args, settings) if command is not None else EXIT_USAGE
 
-        if args.command == "redriver":
-            return redriver.run_redriver_command(args, settings)
-        return redriver.run_tasks_command(args, settings)
-    commands: dict[str, Callable[[argparse.Namespace, Settings], int]] = {
-        "up": _up,
-        "demo": _demo,
-        "gateway": _gateway,
-        "dispatcher": _dispatcher,
-        "settler": _settler,
-        "worker": lambda a, s: _worker(s, a.handler, a.concurrency),
-    }
-    return commands[args.command](args, settings) if args.command in commands else EXIT_USAGE
+
+def _redriver(args: argparse.Namespace, settings: Settings) -> int:
+    from splatq.services.dlq_redriver import commands as redriver  # noqa: PLC0415
+
+    if args.command == "redriver":
+        return redriver.run_redriver_command(args, settings)
+    return redriver.run_tasks_command(args, settings)
 
 
 def _up(args: argparse.Namespace, settings: Settings) -> int:
@@ -98,8 +143,12 @@ def _up(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def _demo(args: argparse.Namespace, settings: Settings) -> int:
-    from splatq.services.gpu_worker.demo import run_demo  # noqa: PLC0415 - torch import is slow
-
+    try:  # torch import is slow: only here
+        from splatq.services.gpu_worker.demo import run_demo  # noqa: PLC0415
+    except ImportError as exc:
+        print(f"splatq demo: {exc}; install the worker extra: pip install 'splatq[worker]'",
+              file=sys.stderr)  # fmt: skip
+        return EXIT_CONFIG
     out = Path(args.out)
     return asyncio.run(run_stack(settings, lambda s: run_demo(s, out, args.quality)))
 
@@ -125,20 +174,41 @@ def _gateway(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
-def _worker(settings: Settings, handler: str | None, concurrency: int | None) -> int:
+def _worker(args: argparse.Namespace, settings: Settings) -> int:
     # Imported here so `splatq --help` and `splatq up` stay fast (no torch, no prometheus).
     from splatq.shared.engine.runner import run_worker  # noqa: PLC0415
 
-    spec = handler or settings.job_handler or DEFAULT_HANDLER
+    spec = args.handler or settings.job_handler or DEFAULT_HANDLER
     try:
         factory = load_handler_factory(spec)
     except (ValueError, ImportError, AttributeError) as exc:
-        print(f"splatq worker: cannot load handler {spec!r}: {exc}", file=sys.stderr)
+        hint = ""
+        if spec == DEFAULT_HANDLER and isinstance(exc, ImportError):
+            hint = "; the default handler needs the worker extra: pip install 'splatq[worker]'"
+        print(f"splatq worker: cannot load handler {spec!r}: {exc}{hint}", file=sys.stderr)
         return EXIT_CONFIG
-    if concurrency is not None:
-        settings = settings.with_overrides(worker_concurrency=concurrency)
-    asyncio.run(run_worker(settings, factory))
+    if args.concurrency is not None:
+        settings = settings.with_overrides(worker_concurrency=args.concurrency)
+    asyncio.run(run_worker(settings, factory, burst=args.burst))
     return 0
+
+
+_COMMANDS: dict[str, Callable[[argparse.Namespace, Settings], int]] = {
+    "submit": run_client_command,
+    "status": run_client_command,
+    "cancel": run_client_command,
+    "info": run_info_command,
+    "dlq": run_dlq_command,
+    "redriver": _redriver,
+    "tasks": _redriver,
+    "up": _up,
+    "demo": _demo,
+    "gateway": _gateway,
+    "dispatcher": _dispatcher,
+    "settler": _settler,
+    "worker": _worker,
+    **dict.fromkeys(TENANT_COMMANDS, run_tenant_command),
+}
 
 
 if __name__ == "__main__":

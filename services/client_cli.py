@@ -1,8 +1,8 @@
 """`splatq submit | status | cancel`: the API client on the command line.
 
 Exit codes scripts can rely on: 0 done (submitted, or completed with --wait), 1 the job
-failed or was canceled, 3 the API refused the request (4xx), 4 the API was unreachable or
-failed (5xx), 78 configuration (no API key).
+failed or was canceled, 2 usage, 3 the API refused the request (4xx), 4 the API was
+unreachable or failed (5xx), 78 configuration (no API key).
 """
 
 from __future__ import annotations
@@ -11,29 +11,78 @@ import argparse
 import asyncio
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 import orjson
 
-from splatq.shared.client import ApiProblem, Event, SplatqClient
+from splatq.shared.client import ApiProblem, Event, Job, SplatqClient
+from splatq.shared.engine.events import EventType
 from splatq.shared.settings import Settings
 from splatq.shared.storage.store import ARTIFACT_FILES
 
-EXIT_OK, EXIT_JOB_FAILED, EXIT_REFUSED, EXIT_UNAVAILABLE, EXIT_CONFIG = 0, 1, 3, 4, 78
+EXIT_OK, EXIT_JOB_FAILED, EXIT_USAGE, EXIT_REFUSED, EXIT_UNAVAILABLE, EXIT_CONFIG = (
+    0, 1, 2, 3, 4, 78)  # fmt: skip
+
+CLIENT_EPILOG = """\
+exit codes:
+  0   done: submitted (or, with --wait, completed)
+  1   the job failed or was canceled
+  2   usage error (bad arguments, --metadata that is not a JSON object)
+  3   the API refused the request (4xx: the problem code is printed)
+  4   the API was unreachable or failed (5xx)
+  78  configuration error (no API key, an invalid SPLATQ_* value)
+
+environment:
+  SPLATQ_API_URL   gateway URL (default http://127.0.0.1:$SPLATQ_GATEWAY_PORT)
+  SPLATQ_API_KEY   API key sent as a Bearer token
+"""
+
+_EVENT_NAMES = [e.value for e in EventType]
 
 
 def add_commands(sub: Any) -> None:
-    s = sub.add_parser("submit", help="submit an image (optionally wait and download)")
-    s.add_argument("image", type=Path)
-    s.add_argument("--quality", choices=["preview", "full"], default="full")
+    fmt = argparse.RawDescriptionHelpFormatter
+    s = sub.add_parser(
+        "submit",
+        help="submit an image (optionally wait and download)",
+        description="Submit an image for reconstruction; with --wait, follow it to the end.",
+        epilog=CLIENT_EPILOG,
+        formatter_class=fmt,
+    )
+    s.add_argument("image", type=Path, help="the image file (PNG, JPEG or WebP)")
+    s.add_argument(
+        "--quality",
+        choices=["preview", "full"],
+        default="full",
+        help="preview (fast, 128 px) or full (default)",
+    )
     s.add_argument("--wait", action="store_true", help="follow progress until the job ends")
     s.add_argument("--out", type=Path, default=None, help="download artifacts here (--wait)")
     s.add_argument("--webhook", default=None, help="webhook URL for this job's events")
-    s.add_argument("--idempotency-key", default=None)
+    s.add_argument(
+        "--webhook-events",
+        default=None,
+        metavar="NAMES",
+        help="comma-separated events the webhook gets (default: all): "
+        + ", ".join(n.rsplit(".", 1)[1] for n in _EVENT_NAMES)
+        + " (short or full names)",
+    )
+    s.add_argument(
+        "--metadata",
+        default=None,
+        metavar="JSON",
+        help="a JSON object stored with the job and echoed in its events (at most 4 KB)",
+    )
+    s.add_argument(
+        "--idempotency-key",
+        default=None,
+        help="a retry with the same key returns the same job instead of a new one",
+    )
     s.add_argument("--no-cache", action="store_true", help="force a fresh computation")
-    for name in ("status", "cancel"):
-        p = sub.add_parser(name, help=f"{name} a job")
-        p.add_argument("job_id")
+    for name, what in (("status", "show a job"), ("cancel", "cancel a job")):
+        p = sub.add_parser(name, help=what, description=what, epilog=CLIENT_EPILOG,
+                           formatter_class=fmt)  # fmt: skip
+        p.add_argument("job_id", help="the job's id (job_...)")
     for p in (s, sub.choices["status"], sub.choices["cancel"]):
         p.add_argument("--api-url", default=None, help="gateway URL (SPLATQ_API_URL)")
         p.add_argument("--api-key", default=None, help="API key (SPLATQ_API_KEY)")
@@ -46,7 +95,42 @@ def run_client_command(args: argparse.Namespace, settings: Settings) -> int:
     if not key:
         print("splatq: no API key: pass --api-key or set SPLATQ_API_KEY", file=sys.stderr)
         return EXIT_CONFIG
+    if args.command == "submit":
+        try:
+            args.metadata = _metadata(args.metadata)
+            args.webhook_events = _webhook_events(args.webhook_events)
+        except ValueError as exc:
+            print(f"splatq submit: {exc}", file=sys.stderr)
+            return EXIT_USAGE
     return asyncio.run(_run(args, url, key))
+
+
+def _metadata(raw: str | None) -> dict[str, Any] | None:
+    if raw is None:
+        return None
+    try:
+        value = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise ValueError(f"--metadata is not valid JSON: {exc}") from None
+    if not isinstance(value, dict):
+        raise ValueError('--metadata must be a JSON object, e.g. \'{"scene": "kitchen"}\'')
+    return value
+
+
+def _webhook_events(raw: str | None) -> list[str] | None:
+    if raw is None:
+        return None
+    names = []
+    for part in (p.strip() for p in raw.split(",")):
+        if not part:
+            continue
+        full = part if "." in part else f"3d_reconstruction.{part}"
+        if full not in _EVENT_NAMES:
+            raise ValueError(f"--webhook-events: unknown event {part!r}")
+        names.append(full)
+    if not names:
+        raise ValueError("--webhook-events names no event")
+    return names
 
 
 async def _run(args: argparse.Namespace, url: str, key: str) -> int:
@@ -77,45 +161,71 @@ async def _submit(client: SplatqClient, args: argparse.Namespace) -> int:
         args.image,
         quality=args.quality,
         webhook_url=args.webhook,
+        webhook_events=args.webhook_events,
+        metadata=args.metadata,
         cache=not args.no_cache,
         idempotency_key=args.idempotency_key,
     )
     if not args.json:
-        print(
-            f"{job['id']} {job['status']}{' (cached)' if job.get('cached') else ''}",
-            file=sys.stderr,
-        )
-    if args.wait and job["status"] not in {"completed", "failed", "canceled"}:
-        job = await client.wait(job["id"], None if args.json else _progress)
-    if args.out is not None and job["status"] == "completed":
+        print(f"{job.id} {job.status}{' (cached)' if job.cached else ''}", file=sys.stderr)
+    if args.wait and not job.finished:
+        progress = None if args.json else ProgressLine(sys.stderr)
+        try:
+            job = await client.wait(job.id, progress.show if progress else None)
+        finally:
+            if progress is not None:
+                progress.clear()
+    if args.out is not None and job.status == "completed":
         for name in ARTIFACT_FILES:
-            path = await client.download(job["id"], name, args.out)
+            path = await client.download(job.id, name, args.out)
             if not args.json:
                 print(f"  {path}", file=sys.stderr)
     return _report(job, args.json)
 
 
-def _progress(event: Event) -> None:
-    data = event.payload.get("data", {})
-    kind = event.name.rsplit(".", 1)[-1]
-    if kind == "progress":
-        pct = float(data.get("progress", 0))
-        bar = "#" * int(pct * 30)
-        end = "\r" if sys.stderr.isatty() else "\n"
-        print(f"  [{bar:<30}] {pct:4.0%} {data.get('stage', '')}", end=end, file=sys.stderr)
-    else:
-        print(f"  {kind:<10}", file=sys.stderr)
+class ProgressLine:
+    """Progress on one terminal line, rewritten in place (`\\r`) and cleared before the next
+    normal line; on a pipe or file, one line per event instead."""
+
+    def __init__(self, out: TextIO) -> None:
+        self.out = out
+        self.tty = out.isatty()
+        self._width = 0  # characters of the progress line now on screen
+
+    def show(self, event: Event) -> None:
+        data = event.data
+        kind = event.name.rsplit(".", 1)[-1]
+        if kind == "progress":
+            pct = float(data.get("progress", 0))
+            text = f"  [{'#' * int(pct * 30):<30}] {pct:4.0%} {data.get('stage', '')}"
+            if self.tty:
+                pad = " " * max(0, self._width - len(text))
+                self.out.write(f"\r{text}{pad}")
+                self._width = len(text)
+                self.out.flush()
+                return
+            self.out.write(text + "\n")
+        else:
+            self.clear()
+            self.out.write(f"  {kind}\n")
+        self.out.flush()
+
+    def clear(self) -> None:
+        """Erase the in-place line, so what follows starts on a clean line."""
+        if self._width:
+            self.out.write("\r\x1b[2K")
+            self.out.flush()
+            self._width = 0
 
 
-def _report(job: dict[str, Any], as_json: bool, ok_canceled: bool = False) -> int:
+def _report(job: Job, as_json: bool, ok_canceled: bool = False) -> int:
     if as_json:
-        print(orjson.dumps(job).decode())
+        print(orjson.dumps(dict(job.raw)).decode())
     else:
-        err = job.get("error") or {}
-        line = f"{job['id']} {job['status']} {job.get('progress', 0):.0%}"
-        if err:
-            line += f" {err.get('code')}: {err.get('message')}"
+        line = f"{job.id} {job.status} {job.progress:.0%}"
+        if job.error is not None:
+            line += f" {job.error.code}: {job.error.message}"
         print(line)
-    if job["status"] == "failed" or (job["status"] == "canceled" and not ok_canceled):
+    if job.status == "failed" or (job.status == "canceled" and not ok_canceled):
         return EXIT_JOB_FAILED
     return EXIT_OK

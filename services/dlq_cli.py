@@ -44,7 +44,12 @@ def add_commands(sub: Any) -> None:
         p.add_argument("--dry-run", action="store_true", help="say what would happen, do nothing")
         p.add_argument("--as", dest="actor", default="", help="who acts (for the audit trail)")
     for p in verbs.choices.values():
-        p.add_argument("--kind", choices=["jobs", "webhooks"], default="jobs")
+        p.add_argument(
+            "--kind",
+            choices=["jobs", "webhooks"],
+            default="jobs",
+            help="dead-lettered jobs (default) or webhook messages",
+        )
     for p in (lst, *(verbs.choices[n] for n in ("redrive", "purge"))):
         p.add_argument("--code", default=None, help="only entries with this reason code")
         p.add_argument("--since", default=None, help="only entries since (ISO 8601 or Unix s)")

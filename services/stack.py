@@ -12,8 +12,8 @@ import secrets
 import signal
 import sys
 import time
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 
@@ -37,22 +37,34 @@ READY_TIMEOUT_S = 300.0
 BUNDLED_SAMPLE = Path(str(resources.files("splatq.services.gpu_worker"))) / "samples" / "sample.png"
 
 
+# Under `splatq up`, SPLATQ_METRICS_PORT is a base: each service that serves Prometheus on
+# it gets base + its offset, so no two bind one port (the gateway serves /metrics on its own
+# SPLATQ_GATEWAY_PORT). A service run alone (Kubernetes: one per pod) binds the port as given.
+METRICS_PORT_OFFSETS: Mapping[str, int] = {
+    "worker": 0,
+    "dispatcher": 1,
+    "redriver": 2,
+    "settler": 3,
+}
+
+
 @dataclass(frozen=True, slots=True)
 class ServiceSpec:
     name: str
     argv: tuple[str, ...]
+    env: Mapping[str, str] = field(default_factory=dict)  # on top of the stack's environment
 
 
 def services_to_run(settings: Settings) -> list[ServiceSpec]:
     """One process of each service: gateway, worker, webhook dispatcher, DLQ redriver, quota
     settler."""
-    return [
-        ServiceSpec("gateway", (sys.executable, "-m", "splatq.services.cli", "gateway")),
-        ServiceSpec("worker", (sys.executable, "-m", "splatq.services.cli", "worker")),
-        ServiceSpec("dispatcher", (sys.executable, "-m", "splatq.services.cli", "dispatcher")),
-        ServiceSpec("redriver", (sys.executable, "-m", "splatq.services.cli", "redriver")),
-        ServiceSpec("settler", (sys.executable, "-m", "splatq.services.cli", "settler")),
-    ]
+    specs = []
+    for name in ("gateway", "worker", "dispatcher", "redriver", "settler"):
+        env = {}
+        if settings.metrics_port and name in METRICS_PORT_OFFSETS:
+            env["SPLATQ_METRICS_PORT"] = str(settings.metrics_port + METRICS_PORT_OFFSETS[name])
+        specs.append(ServiceSpec(name, (sys.executable, "-m", "splatq.services.cli", name), env))
+    return specs
 
 
 AfterStart = Callable[[Settings], Awaitable[int]]
@@ -99,10 +111,15 @@ async def run_stack(
         for spec in services_to_run(settings):
             children[spec.name] = await asyncio.create_subprocess_exec(
                 *spec.argv,
-                env=env,
+                env={**env, **spec.env},
                 preexec_fn=die_with_parent(),  # dies with `splatq up`, even on SIGKILL
             )
-            log.info("service.started", service=spec.name, pid=children[spec.name].pid)
+            log.info(
+                "service.started",
+                service=spec.name,
+                pid=children[spec.name].pid,
+                metrics_port=int(spec.env.get("SPLATQ_METRICS_PORT", "0")) or None,
+            )
         if not await _wait_until_ready(child_settings, children):
             return 1
         print(up_banner(settings, api_key, redis_url), flush=True)

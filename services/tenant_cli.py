@@ -28,7 +28,7 @@ def add_commands(sub: Any) -> None:
     t = sub.add_parser("tenants", help="create, list or show tenants (in Redis)")
     tv = t.add_subparsers(dest="verb", required=True)
     create = tv.add_parser("create", help="create a tenant")
-    create.add_argument("tenant")
+    create.add_argument("tenant", help="the tenant's name")
     create.add_argument("--weight", type=int, default=1, help="fair-share weight (1-1000)")
     for s in StreamName:
         create.add_argument(
@@ -36,29 +36,34 @@ def add_commands(sub: Any) -> None:
         )
     tv.add_parser("list", help="list tenants")
     show = tv.add_parser("show", help="a tenant's settings, quota, usage and keys")
-    show.add_argument("tenant")
+    show.add_argument("tenant", help="the tenant's name")
 
     k = sub.add_parser("keys", help="add, list or revoke a tenant's API keys")
     kv = k.add_subparsers(dest="verb", required=True)
     add = kv.add_parser("add", help="a new key (printed once)")
-    add.add_argument("tenant")
-    add.add_argument("--label", default="")
+    add.add_argument("tenant", help="the tenant's name")
+    add.add_argument("--label", default="", help="a note shown by `keys list`")
     add.add_argument("--rotate", default="", help="key id this key replaces")
     add.add_argument("--grace-s", type=int, default=0,
                      help="the replaced key works this many seconds more (default 0)")  # fmt: skip
     lst = kv.add_parser("list", help="a tenant's keys (ids and hints, never the keys)")
-    lst.add_argument("tenant")
+    lst.add_argument("tenant", help="the tenant's name")
     revoke = kv.add_parser("revoke", help="revoke a key (gateways refuse it within "
                            "SPLATQ_API_KEY_CACHE_S)")  # fmt: skip
-    revoke.add_argument("tenant")
-    revoke.add_argument("key_id")
+    revoke.add_argument("tenant", help="the tenant's name")
+    revoke.add_argument("key_id", help="the key's id, as `keys list` prints")
 
     q = sub.add_parser("quota", help="set a tenant's GPU quota")
     qv = q.add_subparsers(dest="verb", required=True)
     qs = qv.add_parser("set", help="GPU-seconds per period ('none' = unlimited)")
-    qs.add_argument("tenant")
+    qs.add_argument("tenant", help="the tenant's name")
     qs.add_argument("gpu_seconds", help="a number of GPU-seconds, or 'none'")
-    qs.add_argument("--period", choices=[p.value for p in Period], default="month")
+    qs.add_argument(
+        "--period",
+        choices=[p.value for p in Period],
+        default="month",
+        help="the quota's UTC period (default month)",
+    )
     for parser in (create, show, add, lst, revoke, qs, tv.choices["list"]):
         parser.add_argument("--json", action="store_true", help="machine-readable output")
 

@@ -13,7 +13,6 @@ Definitions, observation helpers and a sampler only; nothing here decides anythi
 from __future__ import annotations
 
 import contextlib
-import importlib.metadata
 import platform
 import re
 from collections.abc import Iterable
@@ -21,6 +20,7 @@ from dataclasses import dataclass
 
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram, Info
 
+from splatq.shared import __version__
 from splatq.shared.engine.jobs import JobRecord
 from splatq.shared.engine.keys import STREAMS
 from splatq.shared.engine.queue import JobQueue
@@ -45,10 +45,7 @@ def quality_label(quality: str) -> str:
 
 
 def package_version() -> str:
-    try:
-        return importlib.metadata.version("splatq")
-    except importlib.metadata.PackageNotFoundError:
-        return "unknown"
+    return __version__  # one source: splatq.shared (the installed package's metadata)
 
 
 def register_build_info(registry: CollectorRegistry = REGISTRY, service: str = "") -> None:

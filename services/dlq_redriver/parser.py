@@ -16,9 +16,9 @@ def add_commands(sub: Any) -> None:
     verbs = tasks.add_subparsers(dest="tasks_command", required=True)
     verbs.add_parser("list", help="every task: schedule, last success, next run")
     run = verbs.add_parser("run", help="run a task now (same lock as the schedule)")
-    run.add_argument("task")
+    run.add_argument("task", help="the task's name, as `tasks list` prints")
     history = verbs.add_parser("history", help="a task's latest runs")
-    history.add_argument("task")
-    history.add_argument("--limit", type=int, default=20)
+    history.add_argument("task", help="the task's name, as `tasks list` prints")
+    history.add_argument("--limit", type=int, default=20, help="runs to show (default 20)")
     for p in verbs.choices.values():
         p.add_argument("--json", action="store_true", help="machine-readable output")

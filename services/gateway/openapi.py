@@ -8,6 +8,7 @@ from typing import Any
 
 from splatq.services.gateway.openapi_tenants import SCHEMAS as TENANT_SCHEMAS
 from splatq.services.gateway.openapi_tenants import tenant_paths
+from splatq.shared import __version__
 from splatq.shared.engine.events import EventType
 
 _PROBLEM_CODES = [
@@ -80,7 +81,7 @@ def openapi_document(server_url: str) -> dict[str, Any]:
         "openapi": "3.1.0",
         "info": {
             "title": "splatq",
-            "version": "1",
+            "version": __version__,  # the package's version; the API itself is /v1
             "description": "Asynchronous image → 3D Gaussian Splatting jobs. Submit an image, "
             "get a job id at once (202), follow it by polling, Server-Sent Events or webhooks.",
         },

@@ -33,15 +33,13 @@ async def run_demo(settings: Settings, out_dir: Path, quality: str = "preview") 
             job = await client.submit(
                 SAMPLE, quality=quality, cache=False, metadata={"source": "make demo"}
             )
-            print(f"submitted {SAMPLE.name} as {job['id']} ({quality})", flush=True)
-            job = await client.wait(job["id"], _show)
-            if job["status"] != "completed":
-                err = job.get("error") or {}
-                print(f"job ended {job['status']}: {err.get('code')} {err.get('message')}")
+            print(f"submitted {SAMPLE.name} as {job.id} ({quality})", flush=True)
+            job = await client.wait(job.id, _show)
+            if job.status != "completed":
+                code, message = (job.error.code, job.error.message) if job.error else ("", "")
+                print(f"job ended {job.status}: {code} {message}")
                 return 1
-            paths = {
-                name: await client.download(job["id"], name, out_dir) for name in ARTIFACT_FILES
-            }
+            paths = {name: await client.download(job.id, name, out_dir) for name in ARTIFACT_FILES}
         except ApiProblem as exc:
             print(f"demo: {exc}", file=sys.stderr)
             return 1
@@ -54,12 +52,12 @@ async def run_demo(settings: Settings, out_dir: Path, quality: str = "preview") 
         f"verified: {ply.count} Gaussians; artifacts in {out_dir}/: "
         + ", ".join(ARTIFACT_FILES.values())
     )
-    print(f"compute time {job['compute_time_ms']} ms, model {job['model']}")
+    print(f"compute time {job.compute_time_ms} ms, model {job.model}")
     return 0
 
 
 def _show(event: Event) -> None:
-    data = event.payload.get("data", {})
+    data = event.data
     kind = event.name.rsplit(".", 1)[-1]
     extra = f" {float(data['progress']):4.0%} {data.get('stage', '')}" if "progress" in data else ""
     print(f"  {kind:<10}{extra}", flush=True)

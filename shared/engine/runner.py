@@ -7,12 +7,15 @@ Wiring only; the behaviour lives in `splatq.shared.engine.worker`.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import signal
 
 import structlog
 
 from splatq.shared import tracing
+from splatq.shared.engine.backlog import read_backlog
 from splatq.shared.engine.jobs import JobOutcome
+from splatq.shared.engine.queue import JobQueue
 from splatq.shared.engine.replicated_queue import open_queue
 from splatq.shared.engine.worker import HandlerFactory, JobContext, JobHandler, Worker
 from splatq.shared.liveness import health_endpoint
@@ -24,8 +27,16 @@ from splatq.shared.settings import Settings
 log = structlog.get_logger("splatq.runner")
 
 
-async def run_worker(settings: Settings, factory: HandlerFactory, service: str = "worker") -> None:
-    """Run one worker process until SIGTERM/SIGINT, then drain and exit."""
+# A burst worker stops after this many idle looks in a row (two: a job moving between the
+# delayed set, its stream and the pending list between two reads is seen by the next look).
+BURST_IDLE_LOOKS = 2
+
+
+async def run_worker(
+    settings: Settings, factory: HandlerFactory, service: str = "worker", burst: bool = False
+) -> None:
+    """Run one worker process until SIGTERM/SIGINT, then drain and exit. `burst`: also stop
+    (and return) once nothing waits, is delayed or runs in the partitions it owns."""
     configure_logging(settings.log_level, settings.log_format, service)
     tracing.configure_tracing(settings.tracing, service)
     handler = factory(settings)
@@ -41,12 +52,17 @@ async def run_worker(settings: Settings, factory: HandlerFactory, service: str =
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, worker.stop)
+    watcher = asyncio.create_task(_stop_when_drained(queue, worker)) if burst else None
     try:
         async with health_endpoint(settings.metrics_port, settings.liveness_max_age_s):
             if startup is not None:
                 await startup()
             await worker.run()
     finally:
+        if watcher is not None:
+            watcher.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await watcher
         if shutdown is not None:
             await shutdown()
         await redis.aclose()
@@ -71,3 +87,28 @@ def traced(handler: JobHandler) -> JobHandler:
             return await handler(ctx)
 
     return run
+
+
+async def _stop_when_drained(queue: JobQueue, worker: Worker) -> None:
+    """Burst mode: look at the owned partitions every fetch interval; stop the worker after
+    BURST_IDLE_LOOKS idle looks in a row. A failed look (Redis away) counts as busy."""
+    settings = queue.settings
+    interval_s = min(1.0, max(0.05, settings.fetch_block_ms / 1000))
+    idle_looks = 0
+    while True:
+        await asyncio.sleep(interval_s)
+        try:
+            backlogs = [
+                await read_backlog(queue.redis, queue.keys, queue.group, p)
+                for p in settings.owned_partitions
+            ]
+        except Exception as exc:
+            log.warning("worker.burst_look_failed", error=str(exc)[:300])
+            idle_looks = 0
+            continue
+        idle = worker.running_jobs == 0 and all(b.idle for b in backlogs)
+        idle_looks = idle_looks + 1 if idle else 0
+        if idle_looks >= BURST_IDLE_LOOKS:
+            log.info("worker.burst_drained", partitions=list(settings.owned_partitions))
+            worker.stop()
+            return

@@ -13,7 +13,9 @@ import pytest
 from redis.asyncio import Redis
 from redis.exceptions import ConnectionError as RedisConnectionError
 
+from splatq.services.stack import services_to_run
 from splatq.shared.redis.server import RedisServer, RedisServerError, free_port
+from splatq.shared.settings import Settings
 from tests.conftest import REPO_ROOT, wait_until
 
 pytestmark = pytest.mark.slow
@@ -134,7 +136,9 @@ async def test_splatq_up_sigkilled_takes_its_redis_and_services_with_it(tmp_path
         redis_pid = await _server_pid(port)
 
         async def services_started() -> bool:
-            return log_path.read_text().count('"service.started"') == 4
+            # every service of the stack (the quota settler joined the four in 9aa5e25)
+            expected = len(services_to_run(Settings()))
+            return log_path.read_text().count('"service.started"') == expected
 
         await wait_until(services_started, timeout_s=30)
         children = [

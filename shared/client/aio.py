@@ -1,0 +1,263 @@
+"""`SplatqClient`: the async client for the splatq HTTP API (HTTP only, no engine I/O).
+
+Every call goes through one retry loop (`RetryPolicy`): 429/503 honour `Retry-After`, lost
+connections are retried only where a repeat is harmless. `run()` submits and waits for the
+final state, following the job's events (SSE) and falling back to polling when the stream is
+refused or keeps failing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import mimetypes
+import uuid
+from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import orjson
+
+from splatq.shared.client.retry import RetryPolicy, parse_retry_after
+from splatq.shared.client.sse import parse_sse
+from splatq.shared.client.types import ApiProblem, Event, Job
+from splatq.shared.storage.store import ARTIFACT_FILES
+
+# Consecutive failed SSE connections after which `wait` polls instead.
+SSE_FAILURES_BEFORE_POLLING = 3
+OnEvent = Callable[[Event], None]
+
+
+class SplatqClient:
+    """Async client. Use as `async with SplatqClient(url, key) as c: job = await c.run(path)`."""
+
+    def __init__(
+        self,
+        base_url: str,
+        api_key: str,
+        timeout_s: float = 60.0,
+        retry: RetryPolicy | None = None,
+    ) -> None:
+        self.base_url = base_url.rstrip("/")
+        self.retry = retry or RetryPolicy()
+        self._headers = {"Authorization": f"Bearer {api_key}"}
+        self._timeout = aiohttp.ClientTimeout(total=timeout_s, connect=10)
+        self._session: aiohttp.ClientSession | None = None
+
+    async def __aenter__(self) -> SplatqClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    def _http(self) -> aiohttp.ClientSession:
+        if self._session is None:
+            self._session = aiohttp.ClientSession(headers=self._headers, timeout=self._timeout)
+        return self._session
+
+    # -- one request, retried -------------------------------------------------------------
+
+    async def _request(
+        self,
+        method: str,
+        path: str,
+        *,
+        safe: bool,
+        form: Callable[[], aiohttp.FormData] | None = None,
+        headers: Mapping[str, str] | None = None,
+        params: Mapping[str, str] | None = None,
+    ) -> tuple[int, bytes]:
+        """Send until a final answer; raise `ApiProblem` for 4xx/5xx and unreachable."""
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                async with self._http().request(
+                    method,
+                    self.base_url + path,
+                    data=form() if form is not None else None,  # a FormData is read once
+                    headers=headers,
+                    params=params,
+                ) as resp:
+                    body = await resp.read()
+                    if resp.status < 400:
+                        return resp.status, body
+                    problem = _problem(resp.status, body, resp.headers.get("Retry-After"))
+            except (aiohttp.ClientError, TimeoutError) as exc:
+                problem = ApiProblem(0, "unreachable", f"{type(exc).__name__}: {exc}")
+            if not self.retry.retryable(problem.status, safe):
+                raise problem
+            delay = self.retry.delay_s(attempt, problem.retry_after)
+            if delay is None or not self.retry.within_deadline(loop.time() - started, delay):
+                raise problem
+            await asyncio.sleep(delay)
+
+    async def _json(self, method: str, path: str, *, safe: bool, **kw: Any) -> dict[str, Any]:
+        _, body = await self._request(method, path, safe=safe, **kw)
+        data: dict[str, Any] = orjson.loads(body)
+        return data
+
+    # -- the API --------------------------------------------------------------------------
+
+    async def submit(
+        self,
+        image: bytes | Path,
+        *,
+        quality: str = "full",
+        webhook_url: str | None = None,
+        webhook_events: Sequence[str] | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        cache: bool = True,
+        idempotency_key: str | None = None,
+    ) -> Job:
+        """POST /v1/jobs (multipart). The job: queued (202) or already completed (cached).
+
+        Without `idempotency_key` one is made for this call, so a retried submit (a lost
+        reply, 503) can never queue the image twice."""
+        data = await asyncio.to_thread(image.read_bytes) if isinstance(image, Path) else image
+        name = image.name if isinstance(image, Path) else "image"
+        params: dict[str, Any] = {"quality": quality, "cache": cache}
+        if webhook_url:
+            params["webhook_url"] = webhook_url
+        if webhook_events:
+            params["webhook_events"] = list(webhook_events)
+        if metadata:
+            params["metadata"] = dict(metadata)
+        encoded = orjson.dumps(params).decode()
+        content_type = mimetypes.guess_type(name)[0] or "application/octet-stream"
+
+        def form() -> aiohttp.FormData:
+            f = aiohttp.FormData()
+            f.add_field("image", data, filename=name, content_type=content_type)
+            f.add_field("params", encoded, content_type="application/json")
+            return f
+
+        key = idempotency_key or f"splatq-client-{uuid.uuid4()}"
+        return Job.from_json(
+            await self._json(
+                "POST", "/v1/jobs", safe=True, form=form, headers={"Idempotency-Key": key}
+            )
+        )
+
+    async def get(self, job_id: str) -> Job:
+        return Job.from_json(await self._json("GET", f"/v1/jobs/{job_id}", safe=True))
+
+    async def cancel(self, job_id: str) -> Job:
+        # Not repeated after a lost reply: a second cancel of a canceled job answers 409.
+        return Job.from_json(await self._json("POST", f"/v1/jobs/{job_id}/cancel", safe=False))
+
+    async def events(
+        self, job_id: str, last_event_id: str | None = None
+    ) -> AsyncGenerator[Event, None]:
+        """The job's events (SSE) until its terminal event. A dropped stream is resumed with
+        Last-Event-ID; `ApiProblem` after SSE_FAILURES_BEFORE_POLLING failures in a row, or
+        at once when the gateway refuses the stream (4xx)."""
+        last = last_event_id
+        failures = 0
+        while True:
+            headers = {"Last-Event-ID": last} if last else {}
+            timeout = aiohttp.ClientTimeout(total=None, sock_read=120, connect=10)
+            try:
+                async with self._http().get(
+                    f"{self.base_url}/v1/jobs/{job_id}/events", headers=headers, timeout=timeout
+                ) as resp:
+                    if resp.status >= 400:
+                        raise _problem(
+                            resp.status, await resp.read(), resp.headers.get("Retry-After")
+                        )
+                    if resp.content_type != "text/event-stream":  # a proxy's answer, not SSE
+                        raise ApiProblem(resp.status, "not_an_event_stream", resp.content_type)
+                    async for event in parse_sse(resp.content):
+                        last, failures = event.id or last, 0
+                        yield event
+                        if event.terminal:
+                            return
+                failure = ApiProblem(0, "stream_ended", "the event stream closed early")
+            except ApiProblem as exc:
+                if exc.status not in {502, 503, 504}:  # refused, or no SSE here: stop asking
+                    raise
+                failure = exc
+            except (aiohttp.ClientError, TimeoutError) as exc:
+                failure = ApiProblem(0, "unreachable", f"{type(exc).__name__}: {exc}")
+            failures += 1
+            if failures >= SSE_FAILURES_BEFORE_POLLING:
+                raise failure
+            await asyncio.sleep(self.retry.delay_s(1, None) or self.retry.base_s)
+
+    async def wait(
+        self,
+        job_id: str,
+        on_event: OnEvent | None = None,
+        *,
+        timeout_s: float | None = None,
+        poll_interval_s: float = 1.0,
+    ) -> Job:
+        """Follow the job to its final state and return it (SSE, else polling). Raises
+        `TimeoutError` after `timeout_s` (None: no limit); the job itself keeps running."""
+        async with asyncio.timeout(timeout_s):
+            try:
+                async for event in self.events(job_id):
+                    if on_event is not None:
+                        on_event(event)
+            except ApiProblem as exc:
+                if exc.status in {401, 403, 404}:
+                    raise
+                return await self._poll(job_id, poll_interval_s)  # SSE refused or failing
+            job = await self.get(job_id)
+            return job if job.finished else await self._poll(job_id, poll_interval_s)
+
+    async def _poll(self, job_id: str, interval_s: float) -> Job:
+        while True:
+            job = await self.get(job_id)
+            if job.finished:
+                return job
+            await asyncio.sleep(interval_s)
+
+    async def run(
+        self,
+        image: bytes | Path,
+        *,
+        on_event: OnEvent | None = None,
+        timeout_s: float | None = None,
+        poll_interval_s: float = 1.0,
+        **submit: Any,
+    ) -> Job:
+        """Submit and wait: the job in its final state (completed, failed or canceled).
+        `submit` takes `submit()`'s keywords; `TimeoutError` after `timeout_s`. A job that
+        is final at once (a cache hit) is returned at once, or, with `on_event`, after its
+        recorded events were replayed to it (the same callbacks either way)."""
+        async with asyncio.timeout(timeout_s):
+            job = await self.submit(image, **submit)
+            if job.finished and on_event is None:
+                return job
+            return await self.wait(job.id, on_event, poll_interval_s=poll_interval_s)
+
+    async def download(self, job_id: str, name: str, dest_dir: Path) -> Path:
+        """Save one artifact (follows a presigned redirect); returns the file's path."""
+        dest = dest_dir / ARTIFACT_FILES[name]
+        _, body = await self._request("GET", f"/v1/jobs/{job_id}/artifacts/{name}", safe=True)
+        await asyncio.to_thread(_write_atomically, dest, body)
+        return dest
+
+
+def _write_atomically(dest: Path, data: bytes) -> None:
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = dest.with_name(dest.name + ".part")
+    tmp.write_bytes(data)
+    tmp.replace(dest)
+
+
+def _problem(status: int, body: bytes, retry_after: str | None) -> ApiProblem:
+    try:
+        doc = orjson.loads(body)
+        code, detail = str(doc.get("code", "http_error")), str(doc.get("detail", ""))
+    except (orjson.JSONDecodeError, AttributeError):
+        code, detail = "http_error", body[:200].decode(errors="replace")
+    return ApiProblem(status, code, detail, parse_retry_after(retry_after))
