@@ -223,6 +223,9 @@ class Settings:
     retry_cap_ms: int = 300_000
     reaper_interval_ms: int = 5_000
     idempotency_ttl_s: int = 86_400
+    # How long a job's record (its hash, event history, listing entry) is kept: a finished
+    # job expires this long after it finished; GET /v1/jobs lists jobs created within it.
+    job_retention_s: int = 7 * 24 * 3600
     shutdown_grace_s: float = 30.0
     # How long a script's reply is kept for a resend of the same call (lost replies).
     script_replay_ttl_ms: int = 60_000
@@ -283,6 +286,11 @@ class Settings:
     # without a renewal (a crashed holder's run is resumed after it), how often idle
     # replicas look for claimable runs.
     redriver_config: str = ""
+    # The redriver's retention task (shared/maintenance/retention.py) deletes stored inputs
+    # and artifacts older than these (0 = keep forever); its config file's [retention] table,
+    # per tenant too, overrides them.
+    input_retention_s: int = 7 * 24 * 3600
+    artifact_retention_s: int = 30 * 24 * 3600
     task_lock_ttl_ms: int = 30_000
     task_poll_ms: int = 1_000
 
@@ -315,6 +323,10 @@ class Settings:
         if stream_limit <= 0 or self.tenant_backlog_share >= 1.0:
             return 0
         return max(1, math.ceil(stream_limit * self.tenant_backlog_share))
+
+    @property
+    def job_retention_ms(self) -> int:
+        return self.job_retention_s * 1000
 
     @property
     def max_deliveries_hard_cap(self) -> int:
@@ -470,6 +482,7 @@ class Settings:
             retry_cap_ms=_int(e, "SPLATQ_RETRY_CAP_MS", d.retry_cap_ms, 1),
             reaper_interval_ms=_int(e, "SPLATQ_REAPER_INTERVAL_MS", d.reaper_interval_ms, 10),
             idempotency_ttl_s=_int(e, "SPLATQ_IDEMPOTENCY_TTL_S", d.idempotency_ttl_s, 1),
+            job_retention_s=_int(e, "SPLATQ_JOB_RETENTION_S", d.job_retention_s, 60),
             shutdown_grace_s=_float(e, "SPLATQ_SHUTDOWN_GRACE_S", d.shutdown_grace_s, 0, 3600),
             worker_concurrency=_int(e, "SPLATQ_WORKER_CONCURRENCY", d.worker_concurrency, 1),
             interactive_share=_float(e, "SPLATQ_INTERACTIVE_SHARE", d.interactive_share, 0.0, 1.0),
@@ -551,6 +564,8 @@ class Settings:
             ),
             tracing=_choice(e, "SPLATQ_TRACING", d.tracing, frozenset({"off", "otlp", "console"})),
             redriver_config=e.get("SPLATQ_REDRIVER_CONFIG", "").strip(),
+            input_retention_s=_int(e, "SPLATQ_INPUT_RETENTION_S", d.input_retention_s, 0),
+            artifact_retention_s=_int(e, "SPLATQ_ARTIFACT_RETENTION_S", d.artifact_retention_s, 0),
             task_lock_ttl_ms=_int(e, "SPLATQ_TASK_LOCK_TTL_MS", d.task_lock_ttl_ms, 100),
             task_poll_ms=_int(e, "SPLATQ_TASK_POLL_MS", d.task_poll_ms, 10),
         )

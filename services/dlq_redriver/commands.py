@@ -20,7 +20,12 @@ from splatq.services.dlq_redriver.service import Redriver, build_scheduler
 from splatq.shared.engine.queue import JobQueue
 from splatq.shared.liveness import health_endpoint
 from splatq.shared.logs import configure_logging
-from splatq.shared.maintenance.config import ConfigError, RedriverConfig, load_config
+from splatq.shared.maintenance.config import (
+    ConfigError,
+    RedriverConfig,
+    load_config,
+    retention_defaults,
+)
 from splatq.shared.maintenance.deadletters import DeadLetterBook
 from splatq.shared.maintenance.metrics import RedriverMetrics
 from splatq.shared.maintenance.store import Refusal
@@ -35,7 +40,7 @@ EXIT_OK, EXIT_NONE, EXIT_REFUSED, EXIT_CONFIG = 0, 1, 3, 78
 
 def _config(settings: Settings) -> RedriverConfig | None:
     try:
-        return load_config(settings.redriver_config)
+        return load_config(settings.redriver_config, retention_defaults(settings))
     except ConfigError as exc:
         print(f"splatq: invalid redriver configuration: {exc}", file=sys.stderr)
         return None

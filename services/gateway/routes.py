@@ -19,7 +19,7 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from redis.exceptions import RedisError
 
-from splatq.services.gateway import quota_gate
+from splatq.services.gateway import listing, quota_gate
 from splatq.services.gateway.admin import add_admin_routes
 from splatq.services.gateway.app import (
     DECODE_LIMITS,
@@ -51,6 +51,7 @@ from splatq.services.gateway.problems import ApiError, not_found
 from splatq.services.gateway.submission import Submission, idempotency_key, read_submission
 from splatq.services.gateway.tenant_policies import TENANT_POLICIES
 from splatq.services.gateway.views import job_view, rfc3339
+from splatq.shared.engine import listing as engine_listing
 from splatq.shared.engine.events import TERMINAL_EVENTS
 from splatq.shared.engine.fairness import TenantPolicy
 from splatq.shared.engine.ids import is_job_id, partition_of
@@ -86,6 +87,7 @@ ENQUEUE_RETRY_BUDGET_S = 3.0
 
 def add_routes(app: web.Application) -> None:
     app.router.add_post("/v1/jobs", submit_job)
+    app.router.add_get("/v1/jobs", list_jobs)
     app.router.add_get("/v1/jobs/{job_id}", get_job)
     app.router.add_post("/v1/jobs/{job_id}/cancel", cancel_job)
     app.router.add_get("/v1/jobs/{job_id}/artifacts/{name}", get_artifact)
@@ -394,7 +396,29 @@ async def _enqueue(
     return _json(job_view(job, base), 202, location), job, False
 
 
-# -- read, cancel, artifacts --------------------------------------------------------------
+# -- read, list, cancel, artifacts --------------------------------------------------------
+
+
+async def list_jobs(request: web.Request) -> web.Response:
+    """The caller's jobs, newest first (shared/engine/listing.py, gateway/listing.py)."""
+    settings = request.app[SETTINGS]
+    tenant = authenticate(request, settings.api_keys)
+    query = listing.parse_query(request.query)
+    page = await engine_listing.list_jobs(
+        request.app[QUEUE], tenant, query.limit, query.job_filter, query.after
+    )
+    base = settings.public_base_url
+    cursor = (
+        listing.encode_cursor(page.next, query.filter_digest()) if page.next is not None else None
+    )
+    url = listing.next_url(request, base, cursor) if cursor else None
+    headers = {"Link": f'<{url}>; rel="next"'} if url else None
+    body = {
+        "items": [job_view(job, base) for job in page.jobs],
+        "next_cursor": cursor,
+        "next": url,
+    }
+    return _json(body, headers=headers)
 
 
 async def get_job(request: web.Request) -> web.Response:

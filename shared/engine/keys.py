@@ -106,6 +106,12 @@ class KeySchema:
         """One endpoint: url, secrets, and its health (circuit breaker, disabled)."""
         return f"{self.prefix}:{{wh:{tenant}}}:endpoint:{endpoint_id}"
 
+    def tenant_jobs(self, partition: int, tenant: str) -> str:
+        """The tenant's jobs created in this partition within the record retention: a sorted
+        set of job ids scored by creation time (ms), written by enqueue.lua with the job (the
+        listing index of GET /v1/jobs)."""
+        return f"{self.tag(partition)}:jobs:{tenant}"
+
     def rate_limit(self, tenant: str) -> str:
         """A tenant's token bucket: its own hash tag, so its one script has one slot."""
         return f"{self.prefix}:{{rl:{tenant}}}:bucket"

@@ -29,7 +29,6 @@ from splatq.shared.settings import Settings
 # Parking consumer for released entries: they stay pending (keeping their place) until a
 # reaper pass hands them to a worker with free slots.
 PARKING_CONSUMER = "splatq-parking"
-JOB_RETENTION_MS = 7 * 24 * 3600 * 1000
 # renew_many's answer for a lease whose renewal got an error reply (neither kept nor lost).
 RENEW_UNKNOWN = -1
 
@@ -177,7 +176,7 @@ class JobQueue:
         self.redis = redis
         self.settings = settings
         self.keys = KeySchema(partitions=settings.partitions)
-        self.scripts = ScriptRunner(redis, settings.script_replay_ttl_ms)
+        self.scripts = ScriptRunner(redis, settings.script_replay_ttl_ms, settings.job_retention_ms)
         self.group = settings.consumer_group
         self._claim_ttl_ms = settings.idempotency_ttl_s * 1000
 
@@ -352,7 +351,7 @@ class JobQueue:
                     new_event_id(),
                     self.settings.events_maxlen,
                     EventType.CANCELED.value,
-                    JOB_RETENTION_MS,
+                    self.settings.job_retention_ms,
                     self._claim_ttl_ms,
                     tenant,
                     delayed_member(job.stream, job_id),
@@ -568,7 +567,7 @@ class JobQueue:
                 new_event_id(),
                 self.settings.events_maxlen,
                 f.event_extra,
-                JOB_RETENTION_MS,
+                self.settings.job_retention_ms,
                 f.retry_delay_ms,
                 delayed_member(f.stream, f.job_id),
                 f.claim_status,
@@ -687,7 +686,7 @@ class JobQueue:
                         self.settings.events_maxlen,
                         self.settings.dlq_maxlen,
                         EventType.FAILED.value,
-                        JOB_RETENTION_MS,
+                        self.settings.job_retention_ms,
                         self._claim_ttl_ms,
                         entry.stream.value,
                         self.settings.fleet_allowance_ms,

@@ -38,6 +38,19 @@ from splatq.shared.engine.states import lua_transition_table
 Arg = str | int | float | bytes
 ARG_TYPES = frozenset({str, int, float, bytes})
 DEFAULT_REPLAY_TTL_MS = 60_000
+DEFAULT_JOB_RETENTION_MS = 7 * 24 * 3600 * 1000
+
+
+def _retention_constant(job_retention_ms: int) -> str:
+    """The record retention (SPLATQ_JOB_RETENTION_S) as a Lua constant the helpers use (the
+    job's event history TTL, the listing index trim): generated, like the transition table,
+    so every script that emits an event gets it without another argument."""
+    if job_retention_ms <= 0:
+        raise ValueError("job_retention_ms must be positive")
+    return (
+        "-- The job record retention in ms (generated from SPLATQ_JOB_RETENTION_S).\n"
+        f"local JOB_RETENTION_MS = {int(job_retention_ms)}\n"
+    )
 
 
 class Script(StrEnum):
@@ -156,8 +169,15 @@ class ScriptCall:
 class ScriptRunner:
     """Runs scripts singly or many per round trip (a pipeline of EVALSHA)."""
 
-    def __init__(self, redis: Redis, replay_ttl_ms: int = DEFAULT_REPLAY_TTL_MS) -> None:
-        helpers = LuaHelpers(lua_transition_table() + _source("_preamble"))
+    def __init__(
+        self,
+        redis: Redis,
+        replay_ttl_ms: int = DEFAULT_REPLAY_TTL_MS,
+        job_retention_ms: int = DEFAULT_JOB_RETENTION_MS,
+    ) -> None:
+        helpers = LuaHelpers(
+            lua_transition_table() + _retention_constant(job_retention_ms) + _source("_preamble")
+        )
         self._redis = redis
         self._cluster = isinstance(redis, RedisCluster)
         self._replay_ttl_ms = replay_ttl_ms

@@ -42,6 +42,7 @@ from splatq.shared.maintenance.policy import (
     default_policies,
 )
 from splatq.shared.maintenance.schedule import Schedule, ScheduleError
+from splatq.shared.settings import Settings
 
 E = TypeVar("E", DeadLetterKind, Action, Requirement)
 
@@ -91,6 +92,15 @@ class RetentionConfig:
         return self.tenant_artifacts_max_age_s.get(tenant, self.artifacts_max_age_s)
 
 
+def retention_defaults(settings: Settings) -> RetentionConfig:
+    """The retention the environment sets (SPLATQ_ARTIFACT_RETENTION_S,
+    SPLATQ_INPUT_RETENTION_S; 0 keeps forever); the config file's [retention] overrides it."""
+    return RetentionConfig(
+        inputs_max_age_s=settings.input_retention_s,
+        artifacts_max_age_s=settings.artifact_retention_s,
+    )
+
+
 @dataclass(frozen=True, slots=True)
 class RedriverConfig:
     policies: tuple[Policy, ...] = field(default_factory=default_policies)
@@ -104,20 +114,24 @@ class RedriverConfig:
     source: str = "(defaults)"
 
 
-def load_config(path: str) -> RedriverConfig:
-    """The file at `path`, or the defaults when `path` is empty."""
+def load_config(path: str, retention: RetentionConfig | None = None) -> RedriverConfig:
+    """The file at `path`, or the defaults when `path` is empty. `retention` holds the
+    retention defaults (SPLATQ_ARTIFACT_RETENTION_S, SPLATQ_INPUT_RETENTION_S); the file's
+    `[retention]` table overrides them."""
     if not path:
-        return RedriverConfig()
+        return RedriverConfig(retention=retention or RetentionConfig())
     try:
         raw = tomllib.loads(Path(path).read_text(encoding="utf-8"))
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read: {exc.strerror or exc}") from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path}: not TOML: {exc}") from None
-    return parse_config(raw, path)
+    return parse_config(raw, path, retention)
 
 
-def parse_config(raw: Mapping[str, Any], source: str) -> RedriverConfig:
+def parse_config(
+    raw: Mapping[str, Any], source: str, retention: RetentionConfig | None = None
+) -> RedriverConfig:
     where = _Where(source)
     where.only(raw, "", {"rate_limit", "policies", "tasks", "retention", "sweep"})
     rate = where.table(raw, "rate_limit")
@@ -132,7 +146,7 @@ def parse_config(raw: Mapping[str, Any], source: str) -> RedriverConfig:
         burst=int(where.number(rate, "rate_limit", "burst", defaults.burst, 1, integer=True)),
         batch=int(where.number(sweep, "sweep", "batch", defaults.batch, 1, integer=True)),
         tasks=_tasks(where, where.table(raw, "tasks")),
-        retention=_retention(where, where.table(raw, "retention")),
+        retention=_retention(where, where.table(raw, "retention"), retention or RetentionConfig()),
         source=source,
     )
 
@@ -205,11 +219,10 @@ def _tasks(where: _Where, raw: Mapping[str, Any]) -> Mapping[str, TaskConfig]:
     return out
 
 
-def _retention(where: _Where, raw: Mapping[str, Any]) -> RetentionConfig:
+def _retention(where: _Where, raw: Mapping[str, Any], d: RetentionConfig) -> RetentionConfig:
     where.only(
         raw, "retention", {"inputs_max_age_s", "inputs_grace_s", "artifacts_max_age_s", "tenants"}
     )
-    d = RetentionConfig()
     tenants = where.table(raw, "tenants", "retention.tenants")
     per_tenant: dict[str, int] = {}
     for tenant, item in tenants.items():

@@ -19,7 +19,7 @@ from splatq.shared.engine import events
 from splatq.shared.engine.events import EventType
 from splatq.shared.engine.ids import is_job_id, new_event_id, partition_of
 from splatq.shared.engine.keys import StreamName
-from splatq.shared.engine.queue import JOB_RETENTION_MS, DeadLetter, JobQueue
+from splatq.shared.engine.queue import DeadLetter, JobQueue
 from splatq.shared.engine.scripts import Arg, Script, ScriptCall
 from splatq.shared.maintenance.audit import AUDIT_TTL_MS, AuditRecord
 from splatq.shared.maintenance.keys import DeadLetterKind, MaintenanceKeys
@@ -186,7 +186,7 @@ class DeadLetterBook:
             self.queue.settings.idempotency_ttl_s * 1000,
             events.queued_fields(s.fields.get("quality", ""), stream),
             record.encoded(),
-            max(JOB_RETENTION_MS, AUDIT_TTL_MS),
+            max(self.queue.settings.job_retention_ms, AUDIT_TTL_MS),
             orjson.dumps(hint_pairs).decode() if hint_pairs else "",
             self.queue.redrive_fair_argument(s.fields.get("quality", "")),
         ]

@@ -13,7 +13,7 @@ import structlog
 from redis.asyncio.cluster import ClusterNode, RedisCluster
 
 from splatq.shared.engine.keys import STREAMS, StreamName
-from splatq.shared.engine.queue import JOB_RETENTION_MS, JobQueue
+from splatq.shared.engine.queue import JobQueue
 from splatq.shared.maintenance.schedule import Schedule
 from splatq.shared.maintenance.scheduler import TaskRun
 
@@ -202,7 +202,7 @@ class ExpireRecords:
         count = 0
         for k, ttl, status in zip(jobs, ttls[: len(jobs)], statuses, strict=True):
             if ttl == -1 and status in TERMINAL:
-                pipe.pexpire(k, JOB_RETENTION_MS, nx=True)
+                pipe.pexpire(k, q.settings.job_retention_ms, nx=True)
                 count += 1
         for k, ttl in zip(claims, ttls[len(jobs) :], strict=True):
             if ttl == -1:

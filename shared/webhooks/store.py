@@ -14,7 +14,7 @@ import orjson
 from redis.exceptions import ResponseError
 
 from splatq.shared.engine.jobs import pairs_to_dict
-from splatq.shared.engine.queue import JOB_RETENTION_MS, DeadLetter, JobQueue, parse_dead_letter_id
+from splatq.shared.engine.queue import DeadLetter, JobQueue, parse_dead_letter_id
 from splatq.shared.engine.scripts import Arg, Script, ScriptCall
 from splatq.shared.redis.client import is_transient_reply
 from splatq.shared.webhooks.endpoints import EndpointStore, Health
@@ -108,7 +108,7 @@ class WebhookStore:
         if await self.redis.exists(marker):
             return 0
         dlq = self.keys.webhook_dead_letters(partition)
-        ttl_ms = 2 * JOB_RETENTION_MS  # as wh_result.lua
+        ttl_ms = 2 * self.settings.job_retention_ms  # as wh_result.lua
         indexed, start = 0, "-"
         while True:
             entries = await self.redis.xrange(dlq, start, "+", count=DLQ_INDEX_PAGE)
@@ -241,7 +241,7 @@ class WebhookStore:
                  self.keys.job_deliveries(r.message.job_id), self.keys.webhook_dead_letters(p),
                  self.keys.webhook_dead_letter_index(p, r.message.tenant, r.message.target)],
                 [r.message.id, r.outcome, r.delay_ms, attempt, LOG_CAP,
-                 self.settings.dlq_maxlen, JOB_RETENTION_MS, r.code, r.reason],
+                 self.settings.dlq_maxlen, self.settings.job_retention_ms, r.code, r.reason],
             ))  # fmt: skip
         # One health update per endpoint, folding its results in the order they finished.
         outcomes: dict[tuple[str, str], list[str]] = {}

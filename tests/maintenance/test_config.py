@@ -7,10 +7,17 @@ from pathlib import Path
 
 import pytest
 
-from splatq.shared.maintenance.config import ConfigError, load_config, parse_config
+from splatq.shared.maintenance.config import (
+    ConfigError,
+    RetentionConfig,
+    load_config,
+    parse_config,
+    retention_defaults,
+)
 from splatq.shared.maintenance.keys import DeadLetterKind
 from splatq.shared.maintenance.policy import LetterView, Verdict, decide, default_policies
 from splatq.shared.maintenance.schedule import Schedule
+from splatq.shared.settings import Settings, SettingsError
 
 POLICY = {"name": "p", "kind": "jobs", "codes": ["X"], "action": "redrive"}
 
@@ -78,3 +85,19 @@ def test_schedules_are_utc_and_seconds_capable() -> None:
     assert daily.latest_slot(at + 1800) == at + 1800
     assert daily.interval_s(at) == 86_400
     assert Schedule("*/2 * * * * *").interval_s(at) == 2
+
+
+def test_retention_defaults_come_from_the_environment_and_the_file_overrides(
+    tmp_path: Path,
+) -> None:
+    settings = Settings.from_env(
+        {"SPLATQ_ARTIFACT_RETENTION_S": "86400", "SPLATQ_INPUT_RETENTION_S": "0"}
+    )
+    defaults = retention_defaults(settings)
+    assert load_config("", defaults).retention == RetentionConfig(0, 86_400)
+    path = tmp_path / "redriver.toml"
+    path.write_text("[retention]\nartifacts_max_age_s = 3600\n")
+    assert load_config(str(path), defaults).retention == RetentionConfig(0, 3600)
+    assert Settings.from_env({}).job_retention_s == 7 * 86_400
+    with pytest.raises(SettingsError, match="SPLATQ_JOB_RETENTION_S"):
+        Settings.from_env({"SPLATQ_JOB_RETENTION_S": "5"})

@@ -62,6 +62,13 @@ end
 put('id', job_id); put('status', 'queued'); put('attempts', 0); put('deliveries', 0)
 put('progress', 0); put('stage', 'queued'); put('created_at_ms', now)
 put('updated_at_ms', now); put('claim_key', KEYS[4] or '')
+-- The tenant's listing index in this partition (GET /v1/jobs; shared/engine/keys.py
+-- `tenant_jobs`): job ids scored by creation time, kept for the record retention. Derived
+-- under the job key's own {pN} tag, so it shares the slot.
+local listed = key_tag(KEYS[1]) .. ':jobs:' .. tenant
+redis.call('ZADD', listed, now, job_id)
+redis.call('ZREMRANGEBYSCORE', listed, '-inf', now - JOB_RETENTION_MS)
+redis.call('PEXPIRE', listed, JOB_RETENTION_MS)
 if max_tenant > 0 then
   -- Counted only when admitted under a tenant bound (the gateway always sets one): a
   -- producer that sets none pays nothing for it, and its jobs do not count against a share.
