@@ -51,6 +51,7 @@ from splatq.services.gateway.problems import ApiError, not_found
 from splatq.services.gateway.submission import Submission, idempotency_key, read_submission
 from splatq.services.gateway.tenant_policies import TENANT_POLICIES
 from splatq.services.gateway.views import job_view, rfc3339
+from splatq.services.gateway.waiting import preferred_wait, wait_until_finished
 from splatq.shared.engine import listing as engine_listing
 from splatq.shared.engine.events import TERMINAL_EVENTS
 from splatq.shared.engine.fairness import TenantPolicy
@@ -187,7 +188,33 @@ async def submit_job(request: web.Request) -> web.Response:
     if created and idem_header and params.cache:
         await _claim_content(queue, tenant, content_key, job.id, policy)
     await _confirm_replicated(request, queue, job.id)
+    wait_s = preferred_wait(request.headers.getall("Prefer", []))
+    if wait_s and response.status == 202:
+        return await _answer_after_wait(request, tenant, job.id, wait_s, response)
     return response
+
+
+async def _answer_after_wait(
+    request: web.Request, tenant: str, job_id: str, wait_s: int, accepted: web.Response
+) -> web.Response:
+    """`Prefer: wait=N`: 200 with the job if it ends within N seconds, else the 202. The
+    wait holds an SSE slot (it is a blocking read on that pool); with none free the 202 goes
+    at once, without Preference-Applied."""
+    caps = request.app[STREAM_CAPS]
+    if caps.try_open(tenant) is not None:
+        return accepted
+    try:
+        block_cap_ms = max(50, int(request.app[SETTINGS].sse_keepalive_s * 1000))
+        ended = await wait_until_finished(request.app[SSE_QUEUE], job_id, wait_s, block_cap_ms)
+    finally:
+        caps.close(tenant)
+    applied = {"Preference-Applied": f"wait={wait_s}"}
+    job = await request.app[QUEUE].get(job_id) if ended else None
+    if job is None:
+        accepted.headers.update(applied)
+        return accepted
+    base = request.app[SETTINGS].public_base_url
+    return _json(job_view(job, base), 200, {"Location": f"/v1/jobs/{job_id}", **applied})
 
 
 async def _confirm_replicated(request: web.Request, queue: JobQueue, job_id: str) -> None:
