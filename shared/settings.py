@@ -157,6 +157,11 @@ class Settings:
     # 429 tenant_backlog_full while the others still submit (1.0 = no per-tenant bound).
     tenant_backlog_share: float = 0.25
     sse_keepalive_s: float = 15.0
+    # Input by URL (`image_url`): the whole fetch's time limit (the size limit is
+    # max_upload_bytes), and whether loopback/private addresses may be fetched (development
+    # and tests only, like SPLATQ_WEBHOOK_ALLOW_PRIVATE).
+    image_url_timeout_s: float = 10.0
+    image_url_allow_private: bool = False
     # Concurrent event streams (SSE) per gateway process, in all and per tenant; beyond them
     # 429 too_many_streams. Each stream holds one connection of the SSE pool (its own, sized
     # to the process cap), never one of the pool every other request shares.
@@ -408,6 +413,12 @@ class Settings:
             gateway_port=_int(e, "SPLATQ_GATEWAY_PORT", d.gateway_port, 0),
             gateway_host=e.get("SPLATQ_GATEWAY_HOST", "").strip() or d.gateway_host,
             max_upload_bytes=_int(e, "SPLATQ_MAX_UPLOAD_BYTES", d.max_upload_bytes, 1024),
+            image_url_timeout_s=_float(
+                e, "SPLATQ_IMAGE_URL_TIMEOUT_S", d.image_url_timeout_s, 0.1, 300.0
+            ),
+            image_url_allow_private=_bool(
+                e, "SPLATQ_IMAGE_URL_ALLOW_PRIVATE", d.image_url_allow_private
+            ),
             max_image_pixels=_int(e, "SPLATQ_MAX_IMAGE_PIXELS", d.max_image_pixels, 1),
             max_decode_bytes=_int(e, "SPLATQ_MAX_DECODE_BYTES", d.max_decode_bytes, 1024),
             max_jpeg_scans=_int(e, "SPLATQ_MAX_JPEG_SCANS", d.max_jpeg_scans, 1),

@@ -28,6 +28,7 @@ from redis.exceptions import (
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from splatq.services.gateway import image_fetch
 from splatq.services.gateway.auth import KEY_RESOLVER, KeyResolver
 from splatq.services.gateway.decode_slots import DecodeSlots
 from splatq.services.gateway.images import decode_limits
@@ -282,6 +283,7 @@ def create_app(
             await close()
 
     app.cleanup_ctx.append(redis_ctx)
+    image_fetch.install(app, settings)
     app.on_cleanup.append(_close_decode_slots)
     routes.add_routes(app)
     return app

@@ -37,6 +37,7 @@ from splatq.services.gateway.app import (
 )
 from splatq.services.gateway.auth import authenticate
 from splatq.services.gateway.endpoints import add_endpoint_routes
+from splatq.services.gateway.image_fetch import IMAGE_FETCHER
 from splatq.services.gateway.images import (
     INLINE_MAX_BYTES,
     ImageRejected,
@@ -148,7 +149,12 @@ async def submit_job(request: web.Request) -> web.Response:
     submission = await read_submission(
         request, settings.max_upload_bytes, settings.webhook_allow_private
     )
-    image = await _validated_image(request, tenant, submission.image)
+    if submission.image_url:
+        fetched = await request.app[IMAGE_FETCHER].fetch(submission.image_url)
+        submission = dataclasses.replace(submission, image=fetched)
+    image = await _validated_image(
+        request, tenant, submission.image, from_url=bool(submission.image_url)
+    )
     params = submission.params
     model_id = f"{settings.model}:{settings.model_checkpoint}"
     content_key = _content_key(tenant, image, params.quality, model_id)
@@ -236,7 +242,9 @@ async def _confirm_replicated(request: web.Request, queue: JobQueue, job_id: str
         )
 
 
-async def _validated_image(request: web.Request, tenant: str, data: bytes) -> ValidatedImage:
+async def _validated_image(
+    request: web.Request, tenant: str, data: bytes, from_url: bool = False
+) -> ValidatedImage:
     """The pre-decode gate once, then the decode under the tenant's and the process's decode
     slots. An upload of at most INLINE_MAX_BYTES is inspected on the loop (a walk bounded by
     its size), and decoded there too when that costs less than the hop to a decode thread;
@@ -260,6 +268,9 @@ async def _validated_image(request: web.Request, tenant: str, data: bytes) -> Va
         return await slots.run(tenant, decode, data)
     except ImageRejected as exc:
         request.app[METRICS].submissions.labels(exc.code).inc()
+        if from_url and exc.status == 415:
+            # The request's own media type was fine: what the URL served is not an image.
+            raise ApiError(422, "invalid_image", f"image_url: {exc.detail}") from None
         raise ApiError(exc.status, exc.code, exc.detail) from None
 
 

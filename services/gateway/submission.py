@@ -22,6 +22,7 @@ from splatq.shared.engine.events import EventType
 from splatq.shared.webhooks.ssrf import UrlRejected, check_url
 
 PARAMS = frozenset({"quality", "webhook_url", "webhook_events", "metadata", "cache"})
+FORM_PARTS = frozenset({"image", "image_url", "params"})
 QUALITIES = ("preview", "full")
 MAX_METADATA_BYTES = 4096
 MAX_URL_LENGTH = 2048
@@ -50,8 +51,11 @@ class Params:
 
 @dataclass(frozen=True, slots=True)
 class Submission:
+    """The image bytes, or (input by URL) the `image_url` to fetch them from."""
+
     image: bytes
     params: Params
+    image_url: str = ""
 
     def request_fingerprint(self, image_sha256: str) -> str:
         """Digest of everything the client asked for (Idempotency-Key reuse detection)."""
@@ -135,8 +139,15 @@ async def read_submission(
         if not isinstance(doc, dict):
             raise invalid_request("body must be a JSON object")
         image = doc.pop("image", None)
+        image_url = doc.pop("image_url", None)
+        if image_url is not None:
+            if image is not None:
+                raise invalid_request("send either image or image_url, not both")
+            if not isinstance(image_url, str) or not image_url:
+                raise invalid_request("image_url must be a non-empty string")
+            return Submission(b"", parse_params(doc, allow_private_webhooks), image_url)
         if not isinstance(image, str) or not image:
-            raise invalid_request("image must be a base64 string or a data: URL")
+            raise invalid_request("image must be base64 or a data: URL (or send image_url)")
         return Submission(_decode_base64_image(image), parse_params(doc, allow_private_webhooks))
     raise ApiError(
         415, "unsupported_media_type",
@@ -167,26 +178,44 @@ async def _read_multipart(
         parts = parse_form(body, boundary)
     except MultipartError as exc:
         raise invalid_request(f"malformed multipart body: {exc}") from None
-    image: bytes | None = None
-    params: Params | None = None
+    named: dict[str, bytes] = {}
     for part in parts:
-        if part.name not in {"image", "params"}:
-            raise invalid_request(f"unknown multipart part {part.name!r} (expected image, params)")
-        if part.name == "image":
-            if image is not None:
-                raise invalid_request("more than one image part")
-            image = part.data
-        else:
-            if params is not None:
-                raise invalid_request("more than one params part")
-            try:
-                raw = orjson.loads(part.data) if part.data else {}
-            except orjson.JSONDecodeError as exc:
-                raise invalid_request(f"params part is not valid JSON: {exc}") from None
-            params = parse_params(raw, allow_private_webhooks)
+        if part.name not in FORM_PARTS:
+            raise invalid_request(
+                f"unknown multipart part {part.name!r} (expected image or image_url, params)"
+            )
+        if part.name in named:
+            raise invalid_request(f"more than one {part.name} part")
+        named[part.name] = part.data
+    params = _form_params(named.get("params"), allow_private_webhooks)
+    image, url = named.get("image"), named.get("image_url")
+    if image is not None and url is not None:
+        raise invalid_request("send either an image part or an image_url part, not both")
+    if url is not None:
+        return Submission(b"", params, _form_text(url, "image_url"))
     if image is None:
-        raise invalid_request("missing multipart part 'image'")
-    return Submission(image, params or Params())
+        raise invalid_request("missing multipart part 'image' (or 'image_url')")
+    return Submission(image, params)
+
+
+def _form_params(data: bytes | None, allow_private_webhooks: bool) -> Params:
+    if data is None:
+        return Params()
+    try:
+        raw = orjson.loads(data) if data else {}
+    except orjson.JSONDecodeError as exc:
+        raise invalid_request(f"params part is not valid JSON: {exc}") from None
+    return parse_params(raw, allow_private_webhooks)
+
+
+def _form_text(data: bytes, name: str) -> str:
+    try:
+        text = data.decode("utf-8").strip()
+    except UnicodeDecodeError:
+        raise invalid_request(f"{name} is not UTF-8 text") from None
+    if not text:
+        raise invalid_request(f"{name} must be a non-empty string")
+    return text
 
 
 def _decode_base64_image(value: str) -> bytes:
