@@ -4,8 +4,10 @@ RFC 2046's framing).
 The gateway reads a submission's body whole anyway (the image is validated and stored as one
 object, and the body is capped at the upload limit), so parsing the bytes in one pass with
 `bytes.find` replaces aiohttp's streaming reader, which costs several awaits per part and
-was a fifth of a submission's CPU (docs/benchmarks.md). Pure: bytes in, parts or
-`MultipartError` out.
+was a fifth of a submission's CPU (docs/benchmarks.md). The `multipart` package's push parser
+was measured against this one in the same run (bench/multipart.py): equal on large bodies,
+about 5 us slower per small one, so this one stays (docs/benchmarks.md#multipart). Pure:
+bytes in, parts or `MultipartError` out.
 """
 
 from __future__ import annotations
@@ -88,7 +90,11 @@ def _part(body: bytes, start: int, end: int) -> FormPart:
         head, data_start = body[start:head_end], head_end + 4
     if len(head) > MAX_HEADER_BYTES:
         raise MultipartError(f"part headers exceed {MAX_HEADER_BYTES} bytes")
-    headers = _headers(head)
+    return part_from_headers(_headers(head), body[data_start:end])
+
+
+def part_from_headers(headers: dict[str, str], data: bytes) -> FormPart:
+    """The gateway's policy on one part, its headers parsed (names lower-cased)."""
     disposition = headers.get("content-disposition")
     if disposition is None:
         raise MultipartError("a part has no Content-Disposition header")
@@ -101,7 +107,7 @@ def _part(body: bytes, start: int, end: int) -> FormPart:
     content_type = headers.get("content-type", "").strip()
     if content_type.lower().startswith("multipart/"):
         raise MultipartError("nested multipart bodies are not accepted")
-    return FormPart(params["name"], params.get("filename"), content_type, body[data_start:end])
+    return FormPart(params["name"], params.get("filename"), content_type, data)
 
 
 def _disposition(value: str) -> tuple[str, dict[str, str]]:
@@ -119,7 +125,10 @@ def _disposition(value: str) -> tuple[str, dict[str, str]]:
         if name in params:
             raise MultipartError(f"a part's Content-Disposition repeats {name!r}")
         quoted = match.group(2)
-        params[name] = _ESCAPE_RE.sub(r"\1", quoted) if quoted is not None else match.group(3)
+        if quoted is None:
+            params[name] = match.group(3)
+        else:
+            params[name] = _ESCAPE_RE.sub(r"\1", quoted) if "\\" in quoted else quoted
         pos = match.end()
     return kind.strip().lower(), params
 

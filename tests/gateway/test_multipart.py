@@ -1,15 +1,31 @@
 """The gateway's in-memory multipart/form-data parser: what real clients send parses to the
-same parts; everything malformed raises MultipartError (never anything else)."""
+same parts; everything malformed raises MultipartError (never anything else). Every test runs
+against the gateway's hand-written framing and against the `multipart` package's parser with
+the same policy (bench/multipart_library.py, the benchmark's candidate), so a switch between
+them is a measured choice with the same behaviour."""
 
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 
 import aiohttp
 import pytest
 from aiohttp import payload
 
-from splatq.services.gateway.multipart import MAX_PARTS, MultipartError, boundary_of, parse_form
+from bench import multipart_library
+from splatq.services.gateway import multipart
+from splatq.services.gateway.multipart import MAX_PARTS, FormPart, MultipartError, boundary_of
+
+Parser = Callable[[bytes, bytes], list[FormPart]]
+
+
+@pytest.fixture(params=[multipart.parse_form, multipart_library.parse_form],
+                ids=["hand-written", "multipart-package"])  # fmt: skip
+def parse_form(request: pytest.FixtureRequest) -> Parser:
+    parser: Parser = request.param
+    return parser
+
 
 PNG = b"\x89PNG\r\n\x1a\n" + bytes(range(256)) * 4 + b"\r\n--not-the-boundary\r\n"
 
@@ -31,7 +47,7 @@ async def _aiohttp_form(params: bytes, image: bytes) -> tuple[bytes, str]:
     return b"".join(chunks), writer.content_type
 
 
-async def test_what_aiohttp_clients_send_parses_to_the_same_parts() -> None:
+async def test_what_aiohttp_clients_send_parses_to_the_same_parts(parse_form: Parser) -> None:
     body, content_type = await _aiohttp_form(b'{"quality":"preview"}', PNG)
     params, image = parse_form(body, boundary_of(content_type))
     assert (params.name, params.data, params.content_type) == (
@@ -42,7 +58,7 @@ async def test_what_aiohttp_clients_send_parses_to_the_same_parts() -> None:
     assert (image.name, image.filename, image.data) == ("image", "scene-1.png", PNG)
 
 
-def test_preamble_epilogue_quoted_boundary_and_no_content_type() -> None:
+def test_preamble_epilogue_quoted_boundary_and_no_content_type(parse_form: Parser) -> None:
     body = (
         b"ignored preamble\r\n--a b\r\n"
         b'Content-Disposition: form-data; name="image"; filename="x.png"\r\n\r\n'
@@ -53,7 +69,7 @@ def test_preamble_epilogue_quoted_boundary_and_no_content_type() -> None:
     assert (part.name, part.filename, part.content_type, part.data) == ("image", "x.png", "", PNG)
 
 
-def test_an_empty_form_has_no_parts() -> None:
+def test_an_empty_form_has_no_parts(parse_form: Parser) -> None:
     assert parse_form(b"--B--\r\n", b"B") == []
 
 
@@ -99,12 +115,12 @@ DISPOSITION = b'Content-Disposition: form-data; name="image"\r\n'
         b"".join(b"--B\r\n" + DISPOSITION + b"\r\nx\r\n" for _ in range(MAX_PARTS + 1)) + b"--B--",
     ],
 )
-def test_malformed_bodies_raise_multipart_error(body: bytes) -> None:
+def test_malformed_bodies_raise_multipart_error(parse_form: Parser, body: bytes) -> None:
     with pytest.raises(MultipartError):
         parse_form(body, b"B")
 
 
-async def test_any_truncation_or_byte_flip_raises_only_multipart_error() -> None:
+async def test_any_truncation_or_byte_flip_raises_only_multipart_error(parse_form: Parser) -> None:
     """Damaged versions of a real body either still parse or raise MultipartError."""
     body, content_type = await _aiohttp_form(b'{"quality":"full"}', PNG[:64])
     boundary = boundary_of(content_type)
@@ -136,7 +152,7 @@ async def test_any_truncation_or_byte_flip_raises_only_multipart_error() -> None
     ],
 )
 def test_content_disposition_forms_clients_send(
-    disposition: bytes, name: str, filename: str | None
+    parse_form: Parser, disposition: bytes, name: str, filename: str | None
 ) -> None:
     body = b"--B\r\nContent-Disposition: " + disposition + b"\r\n\r\nx\r\n--B--"
     [part] = parse_form(body, b"B")
@@ -154,7 +170,7 @@ def test_content_disposition_forms_clients_send(
         b'form-data; =x; name="image"',
     ],
 )
-def test_malformed_content_dispositions_raise(disposition: bytes) -> None:
+def test_malformed_content_dispositions_raise(parse_form: Parser, disposition: bytes) -> None:
     body = b"--B\r\nContent-Disposition: " + disposition + b"\r\n\r\nx\r\n--B--"
     with pytest.raises(MultipartError):
         parse_form(body, b"B")
