@@ -1,5 +1,6 @@
 """Webhook endpoint management: register, list, show, change, delete, rotate the secret,
-recover failed messages. Every endpoint belongs to one tenant; another tenant's id is 404.
+recover failed messages, send a test event, read the attempt log. Every endpoint belongs to
+one tenant; another tenant's id is 404.
 
 Request bodies are small JSON objects, parsed strictly (unknown fields are a 400 naming them).
 """
@@ -18,14 +19,18 @@ from splatq.services.gateway.app import QUEUE, SETTINGS
 from splatq.services.gateway.auth import authenticate
 from splatq.services.gateway.problems import ApiError, invalid_request, not_found
 from splatq.services.gateway.submission import check_webhook_url, read_capped
-from splatq.services.gateway.views import rfc3339
+from splatq.services.gateway.views import rfc3339, valid_stream_id
 from splatq.shared.engine.events import EventType
 from splatq.shared.webhooks.endpoints import Endpoint, EndpointLimitReached, EndpointStore
+from splatq.shared.webhooks.headers import HeadersRejected, validate_headers
+from splatq.shared.webhooks.store import TEST_EVENT, WebhookStore
 
 MAX_BODY_BYTES = 16 * 1024
 EVENT_NAMES = frozenset(e.value for e in EventType)
-CREATE_FIELDS = frozenset({"url", "events"})
-UPDATE_FIELDS = frozenset({"url", "events", "enabled"})
+CREATE_FIELDS = frozenset({"url", "events", "headers"})
+UPDATE_FIELDS = frozenset({"url", "events", "enabled", "headers"})
+DEFAULT_ATTEMPTS_LIMIT = 20
+MAX_ATTEMPTS_LIMIT = 100
 
 
 def add_endpoint_routes(app: web.Application) -> None:
@@ -37,6 +42,8 @@ def add_endpoint_routes(app: web.Application) -> None:
     app.router.add_delete(base + "/{endpoint_id}", delete_endpoint)
     app.router.add_post(base + "/{endpoint_id}/rotate-secret", rotate_secret)
     app.router.add_post(base + "/{endpoint_id}/recover", recover)
+    app.router.add_post(base + "/{endpoint_id}/test", send_test)
+    app.router.add_get(base + "/{endpoint_id}/attempts", list_attempts)
 
 
 # -- views and parsing (pure) -----------------------------------------------------------------
@@ -49,6 +56,7 @@ def endpoint_view(e: Endpoint, base_url: str, now_ms: int) -> dict[str, Any]:
         "url": e.url,
         "events": list(e.events),
         "enabled": e.enabled,
+        "headers": dict(e.headers),
         "created_at": rfc3339(e.created_ms),
         "disabled_at": rfc3339(e.disabled_at_ms),
         "disabled_reason": e.disabled_reason or None,
@@ -89,6 +97,13 @@ def parse_since(raw: Any, now_ms: int) -> int:
     if since_ms > now_ms:
         raise invalid_request("since is in the future")
     return max(since_ms, 0)
+
+
+def parse_headers(raw: Any) -> dict[str, str]:
+    try:
+        return validate_headers(raw)
+    except HeadersRejected as exc:
+        raise invalid_request(str(exc)) from None
 
 
 def _check_fields(doc: dict[str, Any], allowed: frozenset[str]) -> None:
@@ -158,8 +173,9 @@ async def create_endpoint(request: web.Request) -> web.Response:
         raise invalid_request("url is required")
     url = check_webhook_url(doc["url"], settings.webhook_allow_private, field="url")
     events: Sequence[str] = parse_events(doc.get("events", []))
+    headers = parse_headers(doc.get("headers"))
     try:
-        endpoint = await _store(request).create(tenant, url, events)
+        endpoint = await _store(request).create(tenant, url, events, headers)
     except EndpointLimitReached as exc:
         raise ApiError(409, "endpoint_limit_reached", str(exc)) from None
     location = f"{settings.public_base_url}/v1/webhook-endpoints/{endpoint.id}"
@@ -193,8 +209,14 @@ async def update_endpoint(request: web.Request) -> web.Response:
     enabled = doc.get("enabled")
     if enabled is not None and not isinstance(enabled, bool):
         raise invalid_request("enabled must be true or false")
+    headers = parse_headers(doc["headers"]) if "headers" in doc else None
     updated = await _store(request).update(
-        tenant, request.match_info["endpoint_id"], url=url, events=events, enabled=enabled
+        tenant,
+        request.match_info["endpoint_id"],
+        url=url,
+        events=events,
+        enabled=enabled,
+        headers=headers,
     )
     if updated is None:
         raise not_found("webhook endpoint")
@@ -244,3 +266,54 @@ async def recover(request: web.Request) -> web.Response:
         "limit": settings.webhook_recover_limit,
     }
     return web.Response(status=202, body=orjson.dumps(body), content_type="application/json")
+
+
+async def send_test(request: web.Request) -> web.Response:
+    """Send a `webhook.test` event to this endpoint through the normal delivery path (outbox,
+    fan-out, signed delivery, retries, attempt log); 202 with its event id."""
+    tenant = authenticate(request, request.app[SETTINGS].api_keys)
+    endpoint = await _owned(request, tenant)
+    if not endpoint.enabled:
+        raise ApiError(
+            409,
+            "endpoint_disabled",
+            'the endpoint is disabled; enable it first (PATCH with {"enabled": true})',
+        )
+    event_id = await WebhookStore(request.app[QUEUE]).send_test_event(tenant, endpoint.id)
+    base = request.app[SETTINGS].public_base_url
+    body = {
+        "endpoint_id": endpoint.id,
+        "event": TEST_EVENT,
+        "event_id": event_id,
+        "attempts_url": f"{base}/v1/webhook-endpoints/{endpoint.id}/attempts",
+    }
+    return web.Response(status=202, body=orjson.dumps(body), content_type="application/json")
+
+
+async def list_attempts(request: web.Request) -> web.Response:
+    """The endpoint's delivery attempts, newest first, paged by `cursor` (`limit` 1-100);
+    the newest ATTEMPT_LOG_CAP are kept, for the record retention."""
+    settings = request.app[SETTINGS]
+    tenant = authenticate(request, settings.api_keys)
+    endpoint = await _owned(request, tenant)
+    unknown = sorted(set(request.query) - {"limit", "cursor"})
+    if unknown:
+        raise invalid_request(f"unknown query parameter {unknown[0]!r}")
+    raw_limit = request.query.get("limit", str(DEFAULT_ATTEMPTS_LIMIT))
+    if not raw_limit.isdigit() or not 1 <= int(raw_limit) <= MAX_ATTEMPTS_LIMIT:
+        raise invalid_request(f"limit must be an integer within [1, {MAX_ATTEMPTS_LIMIT}]")
+    cursor = request.query.get("cursor") or None
+    if cursor is not None and not valid_stream_id(cursor):
+        raise invalid_request("cursor is not a cursor this API returned")
+    rows, more = await _store(request).attempts(tenant, endpoint.id, cursor, int(raw_limit))
+    next_cursor = rows[-1][0] if more and rows else None
+    base = f"{settings.public_base_url}/v1/webhook-endpoints/{endpoint.id}/attempts"
+    next_url = f"{base}?limit={raw_limit}&cursor={next_cursor}" if next_cursor else None
+    body = {
+        "endpoint_id": endpoint.id,
+        "items": [record for _, record in rows],
+        "next_cursor": next_cursor,
+        "next": next_url,
+    }
+    headers = {"Link": f'<{next_url}>; rel="next"'} if next_url else None
+    return web.Response(body=orjson.dumps(body), content_type="application/json", headers=headers)

@@ -11,7 +11,6 @@ import dataclasses
 import functools
 import hashlib
 import math
-import re
 
 import orjson
 import structlog
@@ -51,7 +50,7 @@ from splatq.services.gateway.openapi import openapi_document
 from splatq.services.gateway.problems import ApiError, not_found
 from splatq.services.gateway.submission import Submission, idempotency_key, read_submission
 from splatq.services.gateway.tenant_policies import TENANT_POLICIES
-from splatq.services.gateway.views import job_view, rfc3339
+from splatq.services.gateway.views import job_view, rfc3339, valid_stream_id
 from splatq.services.gateway.waiting import preferred_wait, wait_until_finished
 from splatq.shared.engine import listing as engine_listing
 from splatq.shared.engine.events import TERMINAL_EVENTS
@@ -65,18 +64,6 @@ from splatq.shared.storage.store import ARTIFACTS, ObjectNotFound, artifact_key,
 from splatq.shared.webhooks.store import WebhookStore
 
 log = structlog.get_logger("splatq.gateway")
-
-_STREAM_ID_RE = re.compile(r"[0-9]{1,20}-[0-9]{1,20}")
-_U64_MAX = 2**64 - 1
-
-
-def _valid_stream_id(value: str) -> bool:
-    """A Redis stream id Redis itself accepts: two ASCII unsigned 64-bit integers."""
-    if not _STREAM_ID_RE.fullmatch(value):
-        return False
-    ms, _, seq = value.partition("-")
-    return int(ms) <= _U64_MAX and int(seq) <= _U64_MAX
-
 
 OVERLOAD_RETRY_AFTER_S = 5
 STREAMS_RETRY_AFTER_S = 5
@@ -525,7 +512,7 @@ async def job_events(request: web.Request) -> web.StreamResponse:
     tenant = await authenticate(request)
     job = await _owned_job(request, tenant)
     after = request.headers.get("Last-Event-ID") or request.query.get("last_event_id") or "0-0"
-    if not _valid_stream_id(after):
+    if not valid_stream_id(after):
         raise ApiError(
             400,
             "invalid_request",

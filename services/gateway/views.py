@@ -5,10 +5,22 @@ Pure formatting; no I/O.
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime
 from typing import Any
 
 from splatq.shared.engine.jobs import JobRecord
+
+_STREAM_ID_RE = re.compile(r"[0-9]{1,20}-[0-9]{1,20}")
+_U64_MAX = 2**64 - 1
+
+
+def valid_stream_id(value: str) -> bool:
+    """A Redis stream id Redis itself accepts: two ASCII unsigned 64-bit integers."""
+    if not _STREAM_ID_RE.fullmatch(value):
+        return False
+    ms, _, seq = value.partition("-")
+    return int(ms) <= _U64_MAX and int(seq) <= _U64_MAX
 
 
 def rfc3339(ms: int | None) -> str | None:

@@ -180,28 +180,8 @@ class Dispatcher:
         created_ms = str(int(time.time() * 1000))
         batch = []
         for (entry_id, fields), (url, events) in zip(entries, replies, strict=False):
-            event_type = fields.get("type", "")
-            event_id = fields.get("event_id", "")
-            tenant = fields.get("tenant", "")
-            messages: list[dict[str, str]] = []
-            if event_type and event_id:
-                common = {
-                    "event_id": event_id,
-                    "event_type": event_type,
-                    "job_id": fields.get("job_id", ""),
-                    "tenant": tenant,
-                    "payload": fields.get("payload", "{}"),
-                    "created_ms": created_ms,
-                }
-                subscribed = tuple(e for e in (events or "").split(",") if e)
-                if url and should_deliver(event_type, subscribed):
-                    messages.append({**common, "id": f"{event_id}:job", "url": url})
-                    messages[-1]["target"] = "job"
-                for endpoint_id, wanted in sorted((subscriptions.get(tenant) or {}).items()):
-                    if endpoint_wants(event_type, tuple(e for e in wanted.split(",") if e)):
-                        message = {**common, "id": f"{event_id}:{endpoint_id}", "url": ""}
-                        message["target"] = endpoint_id
-                        messages.append(message)
+            endpoints = subscriptions.get(fields.get("tenant", "")) or {}
+            messages = _messages_of(fields, url or "", events or "", endpoints, created_ms)
             batch.append((entry_id, messages))
         await self.store.fan_out(partition, batch)
 
@@ -455,7 +435,10 @@ class Dispatcher:
             url, secrets = m.url, await self._tenant_secrets(m.tenant)
         else:
             url, secrets = gate.url, gate.secrets
-        headers = signed_headers(secrets, m.event_id, int(time.time()), m.payload)
+        # The endpoint's custom headers first: validated never to name these, and set below
+        # them all the same, so they cannot override framing or signature.
+        headers = dict(gate.headers) if gate is not None else {}
+        headers.update(signed_headers(secrets, m.event_id, int(time.time()), m.payload))
         headers["Content-Type"] = "application/json"
         headers["User-Agent"] = "splatq-webhooks/1"
         headers.update(tracing.traceparent_headers())  # {} unless tracing is on
@@ -617,6 +600,40 @@ class Dispatcher:
             s.webhook_retry_cap_ms,
             self._rng,
         )
+
+
+def _messages_of(
+    fields: dict[str, str], url: str, events: str, endpoints: dict[str, str], created_ms: str
+) -> list[dict[str, str]]:
+    """The delivery messages of one outbox event: to the job's webhook_url if its filter
+    wants the event, and to every endpoint of the tenant subscribed to it; a test event
+    (an `endpoint` field) to that endpoint alone, if it still exists."""
+    event_type = fields.get("type", "")
+    event_id = fields.get("event_id", "")
+    if not event_type or not event_id:
+        return []
+    common = {
+        "event_id": event_id,
+        "event_type": event_type,
+        "job_id": fields.get("job_id", ""),
+        "tenant": fields.get("tenant", ""),
+        "payload": fields.get("payload", "{}"),
+        "created_ms": created_ms,
+    }
+
+    def to_endpoint(endpoint_id: str) -> dict[str, str]:
+        return {**common, "id": f"{event_id}:{endpoint_id}", "url": "", "target": endpoint_id}
+
+    only = fields.get("endpoint", "")
+    if only:
+        return [to_endpoint(only)] if only in endpoints else []
+    messages: list[dict[str, str]] = []
+    if url and should_deliver(event_type, tuple(e for e in events.split(",") if e)):
+        messages.append({**common, "id": f"{event_id}:job", "url": url, "target": "job"})
+    for endpoint_id, wanted in sorted(endpoints.items()):
+        if endpoint_wants(event_type, tuple(e for e in wanted.split(",") if e)):
+            messages.append(to_endpoint(endpoint_id))
+    return messages
 
 
 def _target_key(m: Message) -> str:

@@ -112,6 +112,11 @@ class KeySchema:
         listing index of GET /v1/jobs)."""
         return f"{self.tag(partition)}:jobs:{tenant}"
 
+    def webhook_endpoint_attempts(self, tenant: str, endpoint_id: str) -> str:
+        """The endpoint's attempt log: a capped stream of attempt records (JSON), in the
+        endpoint's slot; wh_ep_delete.lua derives it as `<endpoint key>:attempts`."""
+        return f"{self.webhook_endpoint(tenant, endpoint_id)}:attempts"
+
     def rate_limit(self, tenant: str) -> str:
         """A tenant's token bucket: its own hash tag, so its one script has one slot."""
         return f"{self.prefix}:{{rl:{tenant}}}:bucket"

@@ -79,6 +79,7 @@ class Script(StrEnum):
     WH_EP_DELETE = "wh_ep_delete"
     WH_EP_GATE = "wh_ep_gate"
     WH_EP_HEALTH = "wh_ep_health"
+    WH_EP_LOG = "wh_ep_log"
     FLEET_TICK = "fleet_tick"
     # Scheduled maintenance (shared/maintenance/) and the redriver's audit trail.
     TASK_CLAIM = "task_claim"

@@ -12,12 +12,15 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
+
+import orjson
 
 from splatq.shared.engine.ids import ulid
 from splatq.shared.engine.queue import JobQueue
 from splatq.shared.engine.scripts import Arg, Script, ScriptCall
+from splatq.shared.webhooks.headers import decode_headers, encode_headers
 from splatq.shared.webhooks.signing import generate_secret
 
 ENDPOINT_ID_PREFIX = "ep_"
@@ -26,6 +29,7 @@ ENDPOINT_ID_PREFIX = "ep_"
 PROBE_HOLD_MS = 30_000
 HALF_OPEN_DEFER_MS = 1_000
 RECOVER_BATCH = 500  # messages per wh_redrive call
+ATTEMPT_LOG_CAP = 1_000  # attempts kept per endpoint (newest)
 _ENDPOINT_ID_RE = re.compile(r"ep_[0-9A-HJKMNP-TV-Z]{26}")  # the prefix and a ULID
 
 
@@ -56,6 +60,8 @@ class Endpoint:
     failing_since_ms: int
     last_success_ms: int
     last_failure_ms: int
+    # Sent with every delivery to it (shared/webhooks/headers.py validates them).
+    headers: Mapping[str, str]
 
     @classmethod
     def from_hash(cls, endpoint_id: str, f: Mapping[str, str]) -> Endpoint:
@@ -79,6 +85,7 @@ class Endpoint:
             failing_since_ms=num("failing_since_ms"),
             last_success_ms=num("last_success_ms"),
             last_failure_ms=num("last_failure_ms"),
+            headers=decode_headers(f.get("headers", "")),
         )
 
     @property
@@ -95,6 +102,7 @@ class Gate:
     secrets: tuple[str, ...] = ()
     until_ms: int = 0
     reason: str = ""
+    headers: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,11 +133,19 @@ class EndpointStore:
 
     # -- management (the API) -------------------------------------------------------------
 
-    async def create(self, tenant: str, url: str, events: Sequence[str]) -> Endpoint:
+    async def create(
+        self,
+        tenant: str,
+        url: str,
+        events: Sequence[str],
+        headers: Mapping[str, str] | None = None,
+    ) -> Endpoint:
         endpoint_id = new_endpoint_id()
         now = int(time.time() * 1000)
         fields = {"url": url, "events": ",".join(events), "created_ms": str(now),
                   "secret": generate_secret(), "circuit": "closed"}  # fmt: skip
+        if headers:
+            fields["headers"] = encode_headers(headers)
         args: list[Arg] = [endpoint_id, self.settings.webhook_max_endpoints, fields["events"]]
         for name, value in fields.items():
             args.extend((name, value))
@@ -163,8 +179,10 @@ class EndpointStore:
         url: str | None = None,
         events: Sequence[str] | None = None,
         enabled: bool | None = None,
+        headers: Mapping[str, str] | None = None,
     ) -> Endpoint | None:
-        """Change some of url / events / enabled; None if there is no such endpoint."""
+        """Change some of url / events / enabled / headers (replaced as a whole; {} clears
+        them); None if there is no such endpoint."""
         if not is_endpoint_id(endpoint_id):
             return None
         args: list[Arg] = [
@@ -173,6 +191,8 @@ class EndpointStore:
             "1" if events is not None else "0",
             ",".join(events or ()),
             "" if enabled is None else ("1" if enabled else "0"),
+            "1" if headers is not None else "0",
+            encode_headers(headers or {}),
         ]
         reply = await self._run(Script.WH_EP_UPDATE, tenant, endpoint_id, args, with_index=True)
         return None if reply == "missing" else await self.get(tenant, endpoint_id)
@@ -280,10 +300,11 @@ class EndpointStore:
         first, rest, url, secret, previous = (str(x) for x in reply[:5])
         until_ms, reason = int(reply[5]), str(reply[6])
         secrets = tuple(s for s in (secret, previous) if s)
+        headers = decode_headers(str(reply[7])) if len(reply) > 7 else {}
 
         def gate(verdict: str) -> Gate:
             if verdict in {"send", "probe"}:
-                return Gate(verdict, url=url, secrets=secrets)
+                return Gate(verdict, url=url, secrets=secrets, headers=headers)
             return Gate(verdict, url=url, until_ms=until_ms, reason=reason)
 
         return [gate(first)] + [gate(rest)] * (count - 1)
@@ -304,6 +325,26 @@ class EndpointStore:
     @staticmethod
     def parse_health(reply: Any) -> Health:
         return Health(str(reply[0]), int(reply[1]))
+
+    def log_call(self, tenant: str, endpoint_id: str, attempts: Sequence[str]) -> ScriptCall:
+        """Append attempt records (JSON, oldest first) to the endpoint's attempt log."""
+        return ScriptCall(
+            Script.WH_EP_LOG,
+            [self.keys.webhook_endpoint(tenant, endpoint_id),
+             self.keys.webhook_endpoint_attempts(tenant, endpoint_id)],
+            [ATTEMPT_LOG_CAP, self.settings.job_retention_ms, *attempts],
+        )  # fmt: skip
+
+    async def attempts(
+        self, tenant: str, endpoint_id: str, before: str | None, limit: int
+    ) -> tuple[list[tuple[str, dict[str, Any]]], bool]:
+        """The endpoint's attempts, newest first: up to `limit` (log entry id, record) before
+        the entry id `before` (None: from the newest), and whether older ones remain."""
+        key = self.keys.webhook_endpoint_attempts(tenant, endpoint_id)
+        high = f"({before}" if before else "+"
+        rows = await self.redis.xrevrange(key, high, "-", count=limit + 1)
+        out = [(str(eid), orjson.loads(f["a"])) for eid, f in rows[:limit]]
+        return out, len(rows) > limit
 
     # -- helpers ----------------------------------------------------------------------------
 

@@ -5,6 +5,7 @@ policy lives in the dispatcher."""
 from __future__ import annotations
 
 import asyncio
+import random
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -13,6 +14,7 @@ from typing import Any
 import orjson
 from redis.exceptions import ResponseError
 
+from splatq.shared.engine.ids import is_job_id, new_event_id
 from splatq.shared.engine.jobs import pairs_to_dict
 from splatq.shared.engine.queue import DeadLetter, JobQueue, parse_dead_letter_id
 from splatq.shared.engine.scripts import Arg, Script, ScriptCall
@@ -21,6 +23,9 @@ from splatq.shared.webhooks.endpoints import EndpointStore, Health
 from splatq.shared.webhooks.signing import generate_secret
 
 DISPATCHER_GROUP = "dispatcher"
+# The event POST /v1/webhook-endpoints/{id}/test sends: into the outbox like a job's events,
+# with an `endpoint` field that makes the fan-out address that one endpoint only.
+TEST_EVENT = "webhook.test"
 LOG_CAP = 200
 DLQ_INDEX_PAGE = 1_000
 # How long recording an attempt's result keeps resending through a failover or a migration
@@ -188,6 +193,26 @@ class WebhookStore:
             created += int(reply)
         return created
 
+    async def send_test_event(self, tenant: str, endpoint_id: str) -> str:
+        """Append a signed-when-sent `webhook.test` event for one endpoint to an outbox
+        stream: the dispatcher fans it out, delivers it, retries it, logs its attempts and
+        dead-letters it as any other event. Returns the event id."""
+        event_id = new_event_id()
+        payload = orjson.dumps({
+            "event": TEST_EVENT, "id": event_id, "timestamp": int(time.time()),
+            "data": {"endpoint_id": endpoint_id,
+                     "message": "a test event, sent on request through the API"},
+        }).decode()  # fmt: skip
+        partition = random.randrange(self.settings.partitions)
+        await self.redis.xadd(
+            self.keys.events(partition),
+            {"event_id": event_id, "type": TEST_EVENT, "job_id": "", "tenant": tenant,
+             "trace_id": "", "payload": payload, "endpoint": endpoint_id},
+            maxlen=self.settings.events_maxlen,
+            approximate=True,
+        )  # fmt: skip
+        return event_id
+
     async def due(self, partition: int, now_ms: int, limit: int) -> list[str]:
         members = await self.redis.zrangebyscore(
             self.keys.webhook_due(partition), "-inf", now_ms, start=0, num=limit
@@ -232,26 +257,36 @@ class WebhookStore:
         """Record many results in one round trip: each message's new state, and for messages
         to endpoints the endpoint's new health (or the error)."""
         calls: list[ScriptCall] = []
+        logs: dict[tuple[str, str], list[str]] = {}
         for r in results:
             p = r.message.partition
             attempt = orjson.dumps(dict(r.attempt)).decode() if r.attempt is not None else ""
+            of_job = is_job_id(r.message.job_id)
+            job_log = (self.keys.job_deliveries(r.message.job_id) if of_job
+                       else self.keys.webhook_message(p, r.message.id))  # fmt: skip
             calls.append(ScriptCall(
                 Script.WH_RESULT,
                 [self.keys.webhook_due(p), self.keys.webhook_message(p, r.message.id),
-                 self.keys.job_deliveries(r.message.job_id), self.keys.webhook_dead_letters(p),
+                 job_log, self.keys.webhook_dead_letters(p),
                  self.keys.webhook_dead_letter_index(p, r.message.tenant, r.message.target)],
                 [r.message.id, r.outcome, r.delay_ms, attempt, LOG_CAP,
-                 self.settings.dlq_maxlen, self.settings.job_retention_ms, r.code, r.reason],
+                 self.settings.dlq_maxlen, self.settings.job_retention_ms, r.code, r.reason,
+                 "1" if of_job else "0"],
             ))  # fmt: skip
+            if attempt and r.message.endpoint_id:
+                logs.setdefault((r.message.tenant, r.message.endpoint_id), []).append(attempt)
         # One health update per endpoint, folding its results in the order they finished.
         outcomes: dict[tuple[str, str], list[str]] = {}
         for r in results:
             if r.health and r.message.endpoint_id:
                 outcomes.setdefault((r.message.tenant, r.message.endpoint_id), []).append(r.health)
         calls.extend(self.endpoints.health_call(t, e, o) for (t, e), o in outcomes.items())
+        # The endpoints' attempt logs last: their replies are not read.
+        calls.extend(self.endpoints.log_call(t, e, a) for (t, e), a in logs.items())
         replies = await self._run_until_answered(calls, RECORD_RESEND_S)
         health: dict[tuple[str, str], Health] = {}
-        for group, reply in zip(outcomes, replies[len(results) :], strict=True):
+        health_replies = replies[len(results) : len(results) + len(outcomes)]
+        for group, reply in zip(outcomes, health_replies, strict=True):
             if not isinstance(reply, Exception):
                 health[group] = EndpointStore.parse_health(reply)
         out: list[Recorded | Exception] = []

@@ -356,7 +356,8 @@ async def test_every_webhook_script_call_stays_in_one_cluster_slot(
     await store.delete("acme", ep.id)
     scripts = {name for name, _ in seen}
     assert {"wh_fanout", "wh_claim", "wh_result", "wh_ep_gate", "wh_ep_health",
-            "wh_ep_create", "wh_ep_rotate", "wh_ep_update", "wh_ep_delete"} <= scripts  # fmt: skip
+            "wh_ep_create", "wh_ep_rotate", "wh_ep_update", "wh_ep_delete",
+            "wh_ep_log"} <= scripts  # fmt: skip
     for name, keys in seen:
         assert len({key_slot(k.encode()) for k in keys}) == 1, (name, keys)
 

@@ -3,4 +3,5 @@
 -- ARGV: 1 endpoint id
 -- Returns 1 if it existed
 redis.call('HDEL', KEYS[1], ARGV[1])
+redis.call('DEL', KEYS[2] .. ':attempts')  -- its attempt log (wh_ep_log.lua), same slot
 return redis.call('DEL', KEYS[2])

@@ -6,12 +6,14 @@
 -- KEYS (one slot {wh:<tenant>}): 1 endpoint hash
 -- ARGV: 1 probe hold ms, 2 half-open deferral ms
 -- Returns {verdict of the first message, verdict of the others, url, secret,
---          previous secret or '', defer until ms (or 0), disabled reason (or '')}
+--          previous secret or '', defer until ms (or 0), disabled reason (or ''),
+--          custom headers JSON (or '')}
 --   verdicts: 'send' | 'probe' | 'defer' | 'disabled' | 'gone'
 local now = now_ms()
 local f = redis.call('HMGET', KEYS[1], 'url', 'secret', 'previous_secret',
   'previous_expires_ms', 'disabled_at_ms', 'disabled_reason', 'circuit', 'open_until_ms',
-  'probe_until_ms')
+  'probe_until_ms', 'headers')
+local headers = f[10] or ''
 if not f[1] then
   return {'gone', 'gone', '', '', '', '0', ''}
 end
@@ -30,13 +32,13 @@ if circuit == 'open' then
     return {'defer', 'defer', f[1], '', '', tostring(open_until), ''}
   end
   redis.call('HSET', KEYS[1], 'circuit', 'half_open', 'probe_until_ms', now + tonumber(ARGV[1]))
-  return {'probe', 'defer', f[1], f[2], previous, wait, ''}
+  return {'probe', 'defer', f[1], f[2], previous, wait, '', headers}
 end
 if circuit == 'half_open' then
   if tonumber(f[9] or '0') > now then
     return {'defer', 'defer', f[1], '', '', wait, ''}
   end
   redis.call('HSET', KEYS[1], 'probe_until_ms', now + tonumber(ARGV[1]))
-  return {'probe', 'defer', f[1], f[2], previous, wait, ''}
+  return {'probe', 'defer', f[1], f[2], previous, wait, '', headers}
 end
-return {'send', 'send', f[1], f[2], previous, '0', ''}
+return {'send', 'send', f[1], f[2], previous, '0', '', headers}

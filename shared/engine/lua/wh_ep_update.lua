@@ -2,7 +2,8 @@
 -- disabled mark and the health record (a fresh start: circuit closed, no failure streak).
 -- KEYS (one slot {wh:<tenant>}): 1 endpoint index, 2 endpoint hash
 -- ARGV: 1 endpoint id, 2 url ('' unchanged), 3 '1' if 4 holds new event types, 4 event types,
---       5 enabled: '1' enable, '0' disable, '' unchanged
+--       5 enabled: '1' enable, '0' disable, '' unchanged, 6 '1' if 7 holds new custom
+--       headers (optional), 7 custom headers JSON ('' = none)
 -- Returns 'updated' | 'missing'
 if redis.call('EXISTS', KEYS[2]) == 0 then
   return 'missing'
@@ -14,6 +15,13 @@ end
 if ARGV[3] == '1' then
   redis.call('HSET', KEYS[2], 'events', ARGV[4])
   redis.call('HSET', KEYS[1], ARGV[1], ARGV[4])
+end
+if ARGV[6] == '1' then
+  if ARGV[7] == '' then
+    redis.call('HDEL', KEYS[2], 'headers')
+  else
+    redis.call('HSET', KEYS[2], 'headers', ARGV[7])
+  end
 end
 if ARGV[5] == '1' then
   redis.call('HDEL', KEYS[2], 'disabled_at_ms', 'disabled_reason', 'failing_since_ms',

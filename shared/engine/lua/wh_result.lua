@@ -8,7 +8,8 @@
 --       5 the message's (tenant, target) dead-letter index
 -- ARGV: 1 message id, 2 outcome 'delivered'|'retry'|'deferred'|'dropped'|'failed',
 --       3 delay ms (retry, deferred), 4 attempt record JSON ('' = not logged), 5 log cap,
---       6 dead-letter maxlen, 7 retention ms, 8 reason code, 9 reason detail
+--       6 dead-letter maxlen, 7 retention ms, 8 reason code, 9 reason detail,
+--       10 '0' when the message belongs to no job (a test event: KEYS[3] is then unused)
 -- Returns the message's new status
 local MESSAGE_LOG_CAP = 20
 local now = now_ms()
@@ -18,9 +19,11 @@ if redis.call('HGET', KEYS[2], 'status') ~= 'pending' then
   return redis.call('HGET', KEYS[2], 'status') or 'missing'
 end
 if ARGV[4] ~= '' then
-  redis.call('LPUSH', KEYS[3], ARGV[4])
-  redis.call('LTRIM', KEYS[3], 0, tonumber(ARGV[5]) - 1)
-  redis.call('PEXPIRE', KEYS[3], ARGV[7])
+  if ARGV[10] ~= '0' then
+    redis.call('LPUSH', KEYS[3], ARGV[4])
+    redis.call('LTRIM', KEYS[3], 0, tonumber(ARGV[5]) - 1)
+    redis.call('PEXPIRE', KEYS[3], ARGV[7])
+  end
   -- The message's own attempt log (newest MESSAGE_LOG_CAP lines of JSON), which goes with
   -- it to the dead letters.
   local log = (redis.call('HGET', KEYS[2], 'log') or '') .. ARGV[4] .. '\n'
