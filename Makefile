@@ -6,7 +6,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: install redis-server promtool test lint typecheck pytest up demo bench bench-gateway bench-gpu clean
+.PHONY: install redis-server promtool chromium test lint typecheck pytest up demo bench bench-gateway bench-gpu clean
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -37,6 +37,15 @@ promtool:
 	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null 2>&1; } || \
 	  echo "promtool not installed: the alert-rule tests will skip"
 
+# Debian's chromium drives the /docs page test (Playwright with executable_path: no browser
+# download); best effort like promtool: without it that one test skips.
+chromium:
+	@command -v chromium >/dev/null 2>&1 || { [ "$$(id -u)" = "0" ] && command -v apt-get >/dev/null 2>&1 && \
+	  { DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium >/dev/null 2>&1 || \
+	    { apt-get update -qq >/dev/null 2>&1 && DEBIAN_FRONTEND=noninteractive \
+	      apt-get install -y -qq --no-install-recommends chromium >/dev/null 2>&1; }; }; } || \
+	  echo "chromium not installed: the /docs browser test will skip"
+
 lint: install
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
@@ -46,7 +55,7 @@ typecheck: install
 	@mkdir -p .typecheck/splatq && ln -sfn ../../shared .typecheck/splatq/shared && ln -sfn ../../services .typecheck/splatq/services
 	$(VENV)/bin/mypy
 
-pytest: install redis-server promtool
+pytest: install redis-server promtool chromium
 	$(VENV)/bin/pytest -q
 
 test: lint typecheck pytest

@@ -161,6 +161,8 @@ class Settings:
     # max_upload_bytes), and whether loopback/private addresses may be fetched (development
     # and tests only, like SPLATQ_WEBHOOK_ALLOW_PRIVATE).
     image_url_timeout_s: float = 10.0
+    # The longest `Prefer: wait=N` on POST /v1/jobs is honoured for (a larger N is clamped).
+    prefer_wait_max_s: int = 60
     image_url_allow_private: bool = False
     # Concurrent event streams (SSE) per gateway process, in all and per tenant; beyond them
     # 429 too_many_streams. Each stream holds one connection of the SSE pool (its own, sized
@@ -416,6 +418,7 @@ class Settings:
             image_url_timeout_s=_float(
                 e, "SPLATQ_IMAGE_URL_TIMEOUT_S", d.image_url_timeout_s, 0.1, 300.0
             ),
+            prefer_wait_max_s=_int(e, "SPLATQ_PREFER_WAIT_MAX_S", d.prefer_wait_max_s, 0),
             image_url_allow_private=_bool(
                 e, "SPLATQ_IMAGE_URL_ALLOW_PRIVATE", d.image_url_allow_private
             ),

@@ -18,7 +18,7 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from redis.exceptions import RedisError
 
-from splatq.services.gateway import listing, quota_gate
+from splatq.services.gateway import docs_page, listing, quota_gate
 from splatq.services.gateway.admin import add_admin_routes
 from splatq.services.gateway.app import (
     DECODE_LIMITS,
@@ -91,6 +91,7 @@ def add_routes(app: web.Application) -> None:
     app.router.add_get("/readyz", readyz)
     app.router.add_get("/metrics", metrics)
     app.router.add_get("/openapi.json", openapi)
+    app.router.add_get("/docs", docs)
 
 
 def _json(body: object, status: int = 200, headers: dict[str, str] | None = None) -> web.Response:
@@ -181,7 +182,7 @@ async def submit_job(request: web.Request) -> web.Response:
     if created and idem_header and params.cache:
         await _claim_content(queue, tenant, content_key, job.id, policy)
     await _confirm_replicated(request, queue, job.id)
-    wait_s = preferred_wait(request.headers.getall("Prefer", []))
+    wait_s = preferred_wait(request.headers.getall("Prefer", []), settings.prefer_wait_max_s)
     if wait_s and response.status == 202:
         return await _answer_after_wait(request, tenant, job.id, wait_s, response)
     return response
@@ -635,4 +636,26 @@ async def metrics(request: web.Request) -> web.Response:
 
 
 async def openapi(request: web.Request) -> web.Response:
-    return _json(openapi_document(request.app[SETTINGS].public_base_url))
+    settings = request.app[SETTINGS]
+    return _json(openapi_document(settings.public_base_url, settings.prefer_wait_max_s))
+
+
+@functools.lru_cache(maxsize=4)
+def _docs_html(base_url: str, max_wait_s: int) -> bytes:
+    return docs_page.render(openapi_document(base_url, max_wait_s)).encode()
+
+
+async def docs(request: web.Request) -> web.Response:
+    """The API reference page (services/gateway/docs_page.py): no script, no outside resource."""
+    return web.Response(
+        body=_docs_html(
+            request.app[SETTINGS].public_base_url, request.app[SETTINGS].prefer_wait_max_s
+        ),
+        content_type="text/html",
+        charset="utf-8",
+        headers={
+            "Content-Security-Policy": docs_page.CONTENT_SECURITY_POLICY,
+            "X-Content-Type-Options": "nosniff",
+            "Cache-Control": "public, max-age=300",
+        },
+    )

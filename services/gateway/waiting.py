@@ -16,10 +16,10 @@ from splatq.shared.engine.queue import JobQueue
 MAX_WAIT_S = 60
 
 
-def preferred_wait(header_values: list[str]) -> int | None:
-    """Seconds to wait from the Prefer header(s): `wait=N` (clamped to MAX_WAIT_S), or a bare
-    `wait` (MAX_WAIT_S, as Replicate); None when absent or unusable (a preference the server
-    cannot honour is ignored, RFC 7240 section 2)."""
+def preferred_wait(header_values: list[str], max_s: int = MAX_WAIT_S) -> int | None:
+    """Seconds to wait from the Prefer header(s): `wait=N` (clamped to `max_s`,
+    SPLATQ_PREFER_WAIT_MAX_S), or a bare `wait` (`max_s`, as Replicate); None when absent or
+    unusable (a preference the server cannot honour is ignored, RFC 7240 section 2)."""
     for header in header_values:
         for preference in header.split(","):
             token = preference.split(";", 1)[0].strip()
@@ -27,11 +27,11 @@ def preferred_wait(header_values: list[str]) -> int | None:
             if name.strip().lower() != "wait":
                 continue
             if not sep:
-                return MAX_WAIT_S
+                return max_s
             value = value.strip().strip('"')
             if not value.isdigit() or len(value) > 6:
                 return None
-            return min(int(value), MAX_WAIT_S)
+            return min(int(value), max_s)
     return None
 
 

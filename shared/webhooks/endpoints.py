@@ -340,6 +340,8 @@ class EndpointStore:
     ) -> tuple[list[tuple[str, dict[str, Any]]], bool]:
         """The endpoint's attempts, newest first: up to `limit` (log entry id, record) before
         the entry id `before` (None: from the newest), and whether older ones remain."""
+        if before is not None and before.lstrip("0-") == "":
+            return [], False  # nothing is older than 0-0 (and Redis refuses "(0-0")
         key = self.keys.webhook_endpoint_attempts(tenant, endpoint_id)
         high = f"({before}" if before else "+"
         rows = await self.redis.xrevrange(key, high, "-", count=limit + 1)

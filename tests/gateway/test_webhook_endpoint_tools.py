@@ -115,6 +115,7 @@ async def test_attempts_are_paged_newest_first_per_endpoint(
         query = f"?limit=2&cursor={page['next_cursor']}"
     assert seen == [5, 4, 3, 2, 1]
     assert pages == 3
+    assert (await _attempts(client, endpoint["id"], "?cursor=0-0"))["items"] == []
     assert (await _attempts(client, other["id"]))["items"] == []
     for bad in ("?limit=0", "?limit=101", "?cursor=x", "?cursor=99999999999999999999999-0",
                 "?colour=red"):  # fmt: skip
