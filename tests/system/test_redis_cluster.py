@@ -77,3 +77,45 @@ async def test_jobs_of_every_partition_complete_on_a_cluster(cluster_url: str) -
         completed += sum(1 for _, f in entries if f["type"].endswith(".completed"))
     assert completed == len(ids)
     await redis.aclose()
+
+
+async def test_jobs_are_listed_across_partitions_on_a_cluster(
+    cluster_url: str, tmp_path: Path
+) -> None:
+    """GET /v1/jobs on a three-node cluster: the per-partition indexes written by enqueue.lua
+    (same slot as each job) are merged with single-key reads; every job, newest first."""
+    from aiohttp.test_utils import TestClient, TestServer  # noqa: PLC0415
+    from prometheus_client import CollectorRegistry  # noqa: PLC0415
+
+    from splatq.services.gateway.app import create_app  # noqa: PLC0415
+    from splatq.shared.storage.store import LocalFileStorage  # noqa: PLC0415
+    from tests.gateway.corpus import valid_png  # noqa: PLC0415
+
+    settings = engine_settings(
+        cluster_url, partitions=6, api_keys={"k": "acme"}, public_url="http://gw.test",
+        rate_limit_per_s=1000.0, rate_limit_burst=1000,
+    )  # fmt: skip
+    app = create_app(settings, LocalFileStorage(tmp_path / "objects"), CollectorRegistry())
+    auth = {"Authorization": "Bearer k"}
+    async with TestClient(TestServer(app)) as client:
+        created = []
+        for n in range(8):
+            resp = await client.post(
+                "/v1/jobs", json={"image": _b64(valid_png(8 + n, 8)), "quality": "preview"},
+                headers=auth,
+            )  # fmt: skip
+            assert resp.status == 202, await resp.text()
+            created.append((await resp.json())["id"])
+        listed: list[str] = []
+        url: str | None = "/v1/jobs?limit=3"
+        while url:
+            page = await (await client.get(url, headers=auth)).json()
+            listed.extend(j["id"] for j in page["items"])
+            url = page["next"].removeprefix("http://gw.test") if page["next"] else None
+    assert listed == list(reversed(created))
+
+
+def _b64(data: bytes) -> str:
+    import base64  # noqa: PLC0415
+
+    return base64.b64encode(data).decode()
