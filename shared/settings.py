@@ -164,6 +164,7 @@ class Settings:
     # The longest `Prefer: wait=N` on POST /v1/jobs is honoured for (a larger N is clamped).
     prefer_wait_max_s: int = 60
     image_url_allow_private: bool = False
+    image_url_fetches_per_tenant: int = 4
     # Concurrent event streams (SSE) per gateway process, in all and per tenant; beyond them
     # 429 too_many_streams. Each stream holds one connection of the SSE pool (its own, sized
     # to the process cap), never one of the pool every other request shares.
@@ -419,6 +420,9 @@ class Settings:
                 e, "SPLATQ_IMAGE_URL_TIMEOUT_S", d.image_url_timeout_s, 0.1, 300.0
             ),
             prefer_wait_max_s=_int(e, "SPLATQ_PREFER_WAIT_MAX_S", d.prefer_wait_max_s, 0),
+            image_url_fetches_per_tenant=_int(
+                e, "SPLATQ_IMAGE_URL_FETCHES_PER_TENANT", d.image_url_fetches_per_tenant, 1
+            ),
             image_url_allow_private=_bool(
                 e, "SPLATQ_IMAGE_URL_ALLOW_PRIVATE", d.image_url_allow_private
             ),

@@ -13,12 +13,17 @@ code:
   otherwise non-public address (SPLATQ_IMAGE_URL_ALLOW_PRIVATE=1 admits them: development);
 - 422 `image_url_unreachable`: DNS, connect or TLS failure, a timeout
   (SPLATQ_IMAGE_URL_TIMEOUT_S for the whole fetch), a non-2xx answer, too many redirects;
-- 422 `image_url_too_large`: more than SPLATQ_MAX_UPLOAD_BYTES, declared or streamed.
+- 422 `image_url_too_large`: more than SPLATQ_MAX_UPLOAD_BYTES, declared or streamed;
+- 429 `too_many_fetches` (with Retry-After): the API key already has
+  SPLATQ_IMAGE_URL_FETCHES_PER_TENANT fetches in flight in this gateway process. Across
+  tenants, the session's connection pool (FETCH_CONNECTIONS) bounds the process; a fetch
+  waiting for a connection spends its own time limit.
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections import Counter
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from urllib.parse import urljoin
@@ -31,6 +36,8 @@ from splatq.shared.settings import Settings
 from splatq.shared.webhooks.ssrf import BlockedAddress, UrlRejected, check_url, guarded_connector
 
 MAX_REDIRECTS = 3
+FETCH_CONNECTIONS = 64
+FETCH_RETRY_AFTER_S = 1
 _REDIRECTS = frozenset({301, 302, 303, 307, 308})
 _CHUNK = 64 * 1024
 # No compression: a compressed body could expand past the size cap after it was checked.
@@ -42,6 +49,7 @@ class FetchLimits:
     max_bytes: int
     timeout_s: float
     allow_private: bool
+    per_tenant: int = 4
 
 
 def forbidden(detail: str) -> ApiError:
@@ -79,13 +87,27 @@ class ImageFetcher:
     def __init__(self, session: aiohttp.ClientSession, limits: FetchLimits) -> None:
         self._session = session
         self.limits = limits
+        self._in_flight: Counter[str] = Counter()
 
-    async def fetch(self, url: str) -> bytes:
+    async def fetch(self, tenant: str, url: str) -> bytes:
+        if self._in_flight[tenant] >= self.limits.per_tenant:
+            raise ApiError(
+                429,
+                "too_many_fetches",
+                f"this API key already has {self.limits.per_tenant} image_url fetches in"
+                " flight; retry when one has finished",
+                {"Retry-After": str(FETCH_RETRY_AFTER_S)},
+            )
+        self._in_flight[tenant] += 1
         try:
             async with asyncio.timeout(self.limits.timeout_s):
                 return await self._follow(url)
         except TimeoutError:
             raise unreachable(f"no complete answer within {self.limits.timeout_s:g} s") from None
+        finally:
+            self._in_flight[tenant] -= 1
+            if self._in_flight[tenant] <= 0:
+                del self._in_flight[tenant]
 
     async def _follow(self, url: str) -> bytes:
         for hop in range(MAX_REDIRECTS + 1):
@@ -132,7 +154,9 @@ def install(app: web.Application, settings: Settings) -> None:
     """Open the fetcher's session with the app and close it with the app."""
 
     async def ctx(app: web.Application) -> AsyncIterator[None]:
-        connector = guarded_connector(settings.image_url_allow_private, limit=64, limit_per_host=8)
+        connector = guarded_connector(
+            settings.image_url_allow_private, limit=FETCH_CONNECTIONS, limit_per_host=8
+        )
         session = aiohttp.ClientSession(
             connector=connector,
             timeout=aiohttp.ClientTimeout(total=settings.image_url_timeout_s),
@@ -145,6 +169,7 @@ def install(app: web.Application, settings: Settings) -> None:
                 settings.max_upload_bytes,
                 settings.image_url_timeout_s,
                 settings.image_url_allow_private,
+                settings.image_url_fetches_per_tenant,
             ),
         )
         yield

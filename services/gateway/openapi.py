@@ -30,7 +30,7 @@ _PROBLEM_CODES = [
     "internal_error", "endpoint_limit_reached", "endpoint_disabled", "too_many_streams",
     "unavailable", "not_replicated", "quota_exceeded", "forbidden", "admin_disabled",
     "tenant_exists", "image_url_forbidden", "image_url_unreachable",
-    "image_url_too_large",
+    "image_url_too_large", "too_many_fetches",
 ]  # fmt: skip
 JOB_STATUSES = [s.value for s in JobStatus]
 TAGS = [
@@ -282,8 +282,9 @@ def _document(server_url: str, max_wait_s: int) -> dict[str, Any]:
                             "image_url_unreachable or image_url_too_large"
                         ),
                         "429": _problem(
-                            "rate_limited, or too_many_decodes (the API key already has "
-                            "SPLATQ_DECODE_CONCURRENCY_PER_TENANT uploads being decoded), or "
+                            "rate_limited, too_many_decodes (the API key already has "
+                            "SPLATQ_DECODE_CONCURRENCY_PER_TENANT uploads being decoded), "
+                            "too_many_fetches (as many image_url fetches in flight), or "
                             "quota_exceeded (the tenant's GPU quota cannot hold the job's "
                             "estimate; Retry-After and `resets_at` say when the period resets)",
                             _RETRY_AFTER,

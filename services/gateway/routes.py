@@ -138,7 +138,7 @@ async def submit_job(request: web.Request) -> web.Response:
         request, settings.max_upload_bytes, settings.webhook_allow_private
     )
     if submission.image_url:
-        fetched = await request.app[IMAGE_FETCHER].fetch(submission.image_url)
+        fetched = await request.app[IMAGE_FETCHER].fetch(tenant, submission.image_url)
         submission = dataclasses.replace(submission, image=fetched)
     image = await _validated_image(
         request, tenant, submission.image, from_url=bool(submission.image_url)

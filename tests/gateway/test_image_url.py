@@ -18,8 +18,9 @@ from aiohttp.test_utils import TestClient, TestServer
 from redis.asyncio import Redis
 
 from splatq.shared.storage.store import LocalFileStorage, input_key
+from tests.conftest import wait_until
 from tests.gateway import corpus
-from tests.gateway.conftest import AUTH_A, ClientFactory
+from tests.gateway.conftest import AUTH_A, AUTH_B, ClientFactory
 from tests.gateway.test_api import nothing_left_behind, problem
 
 Client = TestClient[Any, Any]
@@ -32,6 +33,7 @@ class Origin:
 
     def __init__(self) -> None:
         self.release = asyncio.Event()
+        self.slow_waiting = 0
         self.server: TestServer | None = None
 
     def url(self, path: str) -> str:
@@ -58,8 +60,9 @@ class Origin:
             return resp
 
         async def slow(_: web.Request) -> web.Response:
+            self.slow_waiting += 1
             await self.release.wait()
-            return web.Response(body=PNG)
+            return web.Response(body=b"late")
 
         async def redirect(request: web.Request) -> web.Response:
             raise web.HTTPFound(request.query.get("to", "/image.png"))
@@ -144,6 +147,37 @@ async def test_fetch_failures_get_their_codes_and_leave_nothing(
     resp = await client.post("/v1/jobs", data=_form(origin.url(path)), headers=AUTH_A)
     await problem(resp, status, code)
     await nothing_left_behind(redis, storage)
+
+
+async def test_a_tenant_past_its_fetches_gets_429_and_others_still_fetch(
+    make_client: ClientFactory, origin: Origin
+) -> None:
+    client = await make_client(
+        image_url_allow_private=True, image_url_fetches_per_tenant=1, image_url_timeout_s=30.0
+    )
+    slow = asyncio.create_task(
+        client.post("/v1/jobs", json={"image_url": origin.url("/slow.png")}, headers=AUTH_A)
+    )
+
+    async def holding() -> bool:  # the slow fetch has reached the origin
+        return origin.slow_waiting > 0
+
+    await wait_until(holding)
+    resp = await client.post(
+        "/v1/jobs", json={"image_url": origin.url("/image.png")}, headers=AUTH_A
+    )
+    await problem(resp, 429, "too_many_fetches")
+    assert resp.headers["Retry-After"] == "1"
+    other = await client.post(
+        "/v1/jobs", json={"image_url": origin.url("/image.png")}, headers=AUTH_B
+    )
+    assert other.status == 202, await other.text()
+    origin.release.set()
+    assert (await slow).status == 422  # the late answer is no image
+    resp = await client.post(
+        "/v1/jobs", json={"image_url": origin.url("/image.png")}, headers=AUTH_A
+    )
+    assert resp.status in {200, 202}  # the slot was given back
 
 
 async def test_a_closed_port_is_unreachable(client: Client) -> None:
