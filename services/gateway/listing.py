@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import binascii
 import hashlib
+import re
 from dataclasses import dataclass
 from datetime import datetime
 from urllib.parse import urlencode
@@ -28,6 +29,7 @@ MAX_LIMIT = 100
 QUERY_PARAMS = frozenset({"status", "created_since", "created_until", "limit", "cursor"})
 _STATUSES = frozenset(s.value for s in JobStatus)
 _CURSOR_VERSION = 1
+_SPACED_OFFSET_RE = re.compile(r" ([0-9]{2}:[0-9]{2})$")
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,8 +70,10 @@ def _time_ms(query: MultiMapping[str], name: str) -> int | None:
     raw = query.get(name)
     if raw is None:
         return None
+    # An unencoded "+hh:mm" offset arrives as " hh:mm" (a query string's "+" is a space).
+    raw = _SPACED_OFFSET_RE.sub(r"+\1", raw)
     try:
-        moment = datetime.fromisoformat(raw.replace("Z", "+00:00"))
+        moment = datetime.fromisoformat(raw.replace("Z", "+00:00").replace("z", "+00:00"))
     except ValueError:
         raise invalid_request(f"{name} must be an RFC 3339 time, got {raw[:64]!r}") from None
     if moment.tzinfo is None:

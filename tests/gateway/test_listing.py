@@ -93,6 +93,9 @@ async def test_status_and_created_filters(client: Client) -> None:
     assert ids == [j["id"] for j in reversed(jobs)]
     ids, _ = await _all_pages(client, "created_until=2000-01-01T00:00:00Z")
     assert ids == []
+    # An offset written with a bare "+" (decoded as a space) still reads as the offset.
+    ids, _ = await _all_pages(client, "created_since=2000-01-01T01:00:00+01:00")
+    assert len(ids) == 5
 
 
 async def test_a_tenant_with_no_jobs_gets_an_empty_page(client: Client) -> None:
