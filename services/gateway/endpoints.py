@@ -271,7 +271,7 @@ async def recover(request: web.Request) -> web.Response:
 async def send_test(request: web.Request) -> web.Response:
     """Send a `webhook.test` event to this endpoint through the normal delivery path (outbox,
     fan-out, signed delivery, retries, attempt log); 202 with its event id."""
-    tenant = authenticate(request, request.app[SETTINGS].api_keys)
+    tenant = await authenticate(request)
     endpoint = await _owned(request, tenant)
     if not endpoint.enabled:
         raise ApiError(
@@ -294,7 +294,7 @@ async def list_attempts(request: web.Request) -> web.Response:
     """The endpoint's delivery attempts, newest first, paged by `cursor` (`limit` 1-100);
     the newest ATTEMPT_LOG_CAP are kept, for the record retention."""
     settings = request.app[SETTINGS]
-    tenant = authenticate(request, settings.api_keys)
+    tenant = await authenticate(request)
     endpoint = await _owned(request, tenant)
     unknown = sorted(set(request.query) - {"limit", "cursor"})
     if unknown:

@@ -428,7 +428,7 @@ async def _enqueue(
 async def list_jobs(request: web.Request) -> web.Response:
     """The caller's jobs, newest first (shared/engine/listing.py, gateway/listing.py)."""
     settings = request.app[SETTINGS]
-    tenant = authenticate(request, settings.api_keys)
+    tenant = await authenticate(request)
     query = listing.parse_query(request.query)
     page = await engine_listing.list_jobs(
         request.app[QUEUE], tenant, query.limit, query.job_filter, query.after
