@@ -162,7 +162,10 @@ def _document(server_url: str, max_wait_s: int) -> dict[str, Any]:
             "title": "splatq",
             "version": __version__,  # the package's version; the API itself is /v1
             "description": "Asynchronous image → 3D Gaussian Splatting jobs. Submit an image, "
-            "get a job id at once (202), follow it by polling, Server-Sent Events or webhooks.",
+            "get a job id at once (202), follow it by polling, Server-Sent Events or webhooks. "
+            "Retention: a finished job's record (and its listing entry) is kept for the "
+            "deployment's SPLATQ_JOB_RETENTION_S (7 days by default), its artifacts for "
+            "SPLATQ_ARTIFACT_RETENTION_S (30 days by default; 0 = forever).",
         },
         "servers": [{"url": server_url}],
         "security": [{"bearer": []}],
