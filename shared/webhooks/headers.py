@@ -8,6 +8,7 @@ change how a delivery is framed, signed or routed:
   Transfer-Encoding, Content-Encoding, Content-Type, Expect, TE, Trailer, Upgrade);
 - the Standard Webhooks signature headers (`webhook-id`, `webhook-timestamp`,
   `webhook-signature`) and anything else under `webhook-`; User-Agent (it names splatq);
+  the W3C trace context (`traceparent`, `tracestate`: the dispatcher's own span);
 - names that are not HTTP tokens, values with control characters or outside visible
   ASCII/space (no header injection), more than MAX_HEADERS, a name over MAX_NAME, a value
   over MAX_VALUE, or more than MAX_TOTAL bytes in all.
@@ -29,6 +30,7 @@ RESERVED = frozenset({
     "connection", "keep-alive", "proxy-authenticate", "proxy-authorization",
     "proxy-connection", "te", "trailer", "transfer-encoding", "upgrade", "host",
     "content-length", "content-encoding", "content-type", "expect", "user-agent",
+    "traceparent", "tracestate",
 })  # fmt: skip
 RESERVED_PREFIXES = ("webhook-", "proxy-")
 _TOKEN_RE = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")

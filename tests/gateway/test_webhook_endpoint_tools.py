@@ -182,6 +182,7 @@ async def test_custom_headers_are_replaced_and_cleared_with_patch(client: Client
         {"Webhook-Id": "evt_forged"},
         {"Proxy-Authorization": "x"},
         {"User-Agent": "me"},
+        {"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"},
         {"Bad Name": "x"},
         {"X-A": "line\r\nInjected: yes"},
         {"X-A": "caf\u00e9"},
