@@ -20,6 +20,7 @@ from splatq.shared.engine.jobs import JobRecord
 from splatq.shared.engine.queue import JobQueue
 
 DEFAULT_SCAN_BUDGET = 1000
+MIN_BATCH = 8
 
 
 @dataclass(frozen=True, slots=True, order=True)
@@ -65,7 +66,7 @@ async def list_jobs(
     scan_budget: int = DEFAULT_SCAN_BUDGET,
 ) -> JobPage:
     """Up to `limit` of the tenant's jobs after `after` that pass `job_filter`."""
-    batch = limit + 1 if not job_filter.statuses else max(limit * 4, 64)
+    batch = _batch(limit, queue.settings.partitions, filtered=bool(job_filter.statuses))
     sources = [
         _Source(queue.keys.tenant_jobs(p, tenant), []) for p in range(queue.settings.partitions)
     ]
@@ -91,6 +92,17 @@ async def list_jobs(
                 return JobPage(jobs, position if more else None)
         if examined >= scan_budget:
             return JobPage(jobs, position)
+
+
+def _batch(limit: int, partitions: int, filtered: bool) -> int:
+    """Entries read per partition and round trip: a page's worth spread over the partitions
+    (twice over, as they are rarely even), more when a filter drops some; never under
+    MIN_BATCH. A partition holding more of the page is simply read again (`_safe_merge`
+    keeps the order right whatever the batch)."""
+    want = limit + 1 if not filtered else max(limit * 4, 64)
+    if partitions <= 2:
+        return want
+    return max(MIN_BATCH, -(-2 * want // partitions))
 
 
 async def _refill(
