@@ -33,7 +33,7 @@ async def test_one_crowded_partition_among_many_lists_in_order(
     for n, key in enumerate(crowded[:30]):  # all in partition 0: batches of 8 there
         spec = JobSpec(tenant="acme", quality="preview", idempotency_key=key, metadata={"n": n})
         created.append((await queue.enqueue(spec)).job_id)
-    for n in range(6):  # and a few spread at random
+    for _ in range(6):  # and a few spread at random
         created.append((await queue.enqueue(JobSpec(tenant="acme", quality="preview"))).job_id)
     newest_first = [
         j.id
