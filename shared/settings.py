@@ -15,6 +15,10 @@ from urllib.parse import urlsplit, urlunsplit
 
 from splatq.shared.engine.fairness import DEFAULT_COSTS, FairScheduling, parse_int_map
 
+# The shortest input/artifact retention the environment may set: a typo of 0 or 60 would
+# otherwise delete nearly every stored object at the next run of the retention task.
+MIN_FILE_RETENTION_S = 3600
+
 
 class SettingsError(ValueError):
     """An environment variable holds a value that cannot be used."""
@@ -295,7 +299,8 @@ class Settings:
     # replicas look for claimable runs.
     redriver_config: str = ""
     # The redriver's retention task (shared/maintenance/retention.py) deletes stored inputs
-    # and artifacts older than these (0 = keep forever); its config file's [retention] table,
+    # and artifacts older than these (at least an hour: keeping them forever is disabling
+    # the task, `[tasks.retention] enabled = false`); its config file's [retention] table,
     # per tenant too, overrides them.
     input_retention_s: int = 7 * 24 * 3600
     artifact_retention_s: int = 30 * 24 * 3600
@@ -582,8 +587,12 @@ class Settings:
             ),
             tracing=_choice(e, "SPLATQ_TRACING", d.tracing, frozenset({"off", "otlp", "console"})),
             redriver_config=e.get("SPLATQ_REDRIVER_CONFIG", "").strip(),
-            input_retention_s=_int(e, "SPLATQ_INPUT_RETENTION_S", d.input_retention_s, 0),
-            artifact_retention_s=_int(e, "SPLATQ_ARTIFACT_RETENTION_S", d.artifact_retention_s, 0),
+            input_retention_s=_int(
+                e, "SPLATQ_INPUT_RETENTION_S", d.input_retention_s, MIN_FILE_RETENTION_S
+            ),
+            artifact_retention_s=_int(
+                e, "SPLATQ_ARTIFACT_RETENTION_S", d.artifact_retention_s, MIN_FILE_RETENTION_S
+            ),
             task_lock_ttl_ms=_int(e, "SPLATQ_TASK_LOCK_TTL_MS", d.task_lock_ttl_ms, 100),
             task_poll_ms=_int(e, "SPLATQ_TASK_POLL_MS", d.task_poll_ms, 10),
         )

@@ -165,7 +165,7 @@ def _document(server_url: str, max_wait_s: int) -> dict[str, Any]:
             "get a job id at once (202), follow it by polling, Server-Sent Events or webhooks. "
             "Retention: a finished job's record (and its listing entry) is kept for the "
             "deployment's SPLATQ_JOB_RETENTION_S (7 days by default), its artifacts for "
-            "SPLATQ_ARTIFACT_RETENTION_S (30 days by default; 0 = forever).",
+            "SPLATQ_ARTIFACT_RETENTION_S (30 days by default).",
         },
         "servers": [{"url": server_url}],
         "security": [{"bearer": []}],

@@ -94,7 +94,7 @@ class RetentionConfig:
 
 def retention_defaults(settings: Settings) -> RetentionConfig:
     """The retention the environment sets (SPLATQ_ARTIFACT_RETENTION_S,
-    SPLATQ_INPUT_RETENTION_S; 0 keeps forever); the config file's [retention] overrides it."""
+    SPLATQ_INPUT_RETENTION_S); the config file's [retention] overrides it."""
     return RetentionConfig(
         inputs_max_age_s=settings.input_retention_s,
         artifacts_max_age_s=settings.artifact_retention_s,

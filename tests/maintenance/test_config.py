@@ -91,13 +91,16 @@ def test_retention_defaults_come_from_the_environment_and_the_file_overrides(
     tmp_path: Path,
 ) -> None:
     settings = Settings.from_env(
-        {"SPLATQ_ARTIFACT_RETENTION_S": "86400", "SPLATQ_INPUT_RETENTION_S": "0"}
+        {"SPLATQ_ARTIFACT_RETENTION_S": "86400", "SPLATQ_INPUT_RETENTION_S": "7200"}
     )
     defaults = retention_defaults(settings)
-    assert load_config("", defaults).retention == RetentionConfig(0, 86_400)
+    assert load_config("", defaults).retention == RetentionConfig(7200, 86_400)
     path = tmp_path / "redriver.toml"
     path.write_text("[retention]\nartifacts_max_age_s = 3600\n")
-    assert load_config(str(path), defaults).retention == RetentionConfig(0, 3600)
+    assert load_config(str(path), defaults).retention == RetentionConfig(7200, 3600)
+    for name in ("SPLATQ_ARTIFACT_RETENTION_S", "SPLATQ_INPUT_RETENTION_S"):
+        with pytest.raises(SettingsError, match=name):
+            Settings.from_env({name: "0"})
     assert Settings.from_env({}).job_retention_s == 7 * 86_400
     with pytest.raises(SettingsError, match="SPLATQ_JOB_RETENTION_S"):
         Settings.from_env({"SPLATQ_JOB_RETENTION_S": "5"})
