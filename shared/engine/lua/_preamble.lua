@@ -154,10 +154,15 @@ local function fair_push(tag, stream_name, tenant, job_id, cost, weight, cap, no
   end
 end
 
--- Move up to `n` waiting jobs into the stream in deficit round-robin order: a tenant at the
--- head of the ring is served while its deficit covers its next job's cost, else it is
--- credited `quantum` x its weight and goes to the back; a tenant at its running cap leaves
+-- Move up to `n` waiting jobs into the stream in deficit round-robin order: the tenant at the
+-- head of the ring is served while its deficit covers its next job's cost; once it does not,
+-- the tenant is credited `quantum` x its weight and goes to the back (credit at the end of a
+-- turn, which over rounds is DRR's credit at the start). A tenant at its running cap leaves
 -- the ring until one of its jobs ends. Returns how many were moved.
+-- Cost per moved job: LINDEX of the ring, LPOP of the tenant's queue, HMGET + XADD + HSET of
+-- the job, and LMOVE when its turn ends; the tenants' state is read once per tenant and
+-- written back, with `waiting`, in one call each at the end. A tenant whose queue ran empty
+-- leaves the ring when the feed next finds it so (its deficit and settings go with it).
 local function fair_feed(tag, stream_name, stream_key, n, quantum, stream_maxlen)
   if n <= 0 then return 0 end
   local base = fq_base(tag, stream_name)
@@ -165,6 +170,21 @@ local function fair_feed(tag, stream_name, stream_key, n, quantum, stream_maxlen
   local len = redis.call('LLEN', ring)
   if len == 0 then return 0 end
   local state = base .. ':state'
+  local cache, dirty, gone, taken = {}, {}, {}, {}
+  local function tenant_state(t)
+    local c = cache[t]
+    if not c then
+      local f = redis.call('HMGET', state, 'd:' .. t, 'r:' .. t, 'w:' .. t, 'c:' .. t)
+      c = {tonumber(f[1]) or 0, tonumber(f[2]) or 0, tonumber(f[3]) or 1, tonumber(f[4]) or 0}
+      cache[t] = c
+    end
+    return c
+  end
+  local function end_turn(t, c)
+    c[1] = c[1] + quantum * c[3]
+    dirty[t] = true
+    redis.call('LMOVE', ring, ring, 'LEFT', 'RIGHT')
+  end
   local fed = 0
   -- every turn either moves a job or credits a tenant at least one job's worth (quantum is
   -- the largest cost), so this bound is never what stops a feed that could go on
@@ -173,48 +193,67 @@ local function fair_feed(tag, stream_name, stream_key, n, quantum, stream_maxlen
     turns = turns - 1
     local t = redis.call('LINDEX', ring, 0)
     if not t then break end
-    local q = base .. ':q:' .. t
-    local head = redis.call('LINDEX', q, 0)
-    if not head then
+    local c = tenant_state(t)
+    if c[4] > 0 and c[2] >= c[4] then
       redis.call('LPOP', ring)
-      redis.call('HDEL', state, 'a:' .. t, 'd:' .. t, 'w:' .. t, 'c:' .. t)
+      redis.call('HSET', state, 'a:' .. t, 'capped')
+      c[1] = 0
+      dirty[t] = true
     else
-      local sp = string.find(head, ' ', 1, true)
-      local job_id, cost = string.sub(head, 1, sp - 1), tonumber(string.sub(head, sp + 1))
-      local f = redis.call('HMGET', state, 'd:' .. t, 'r:' .. t, 'w:' .. t, 'c:' .. t)
-      local deficit, running = tonumber(f[1]) or 0, tonumber(f[2]) or 0
-      local cap = tonumber(f[4]) or 0
-      if cap > 0 and running >= cap then
+      local q = base .. ':q:' .. t
+      local head = redis.call('LPOP', q)
+      if not head then
         redis.call('LPOP', ring)
-        redis.call('HSET', state, 'a:' .. t, 'capped')
-        redis.call('HDEL', state, 'd:' .. t)
-      elseif deficit < cost then
-        redis.call('HSET', state, 'd:' .. t, deficit + quantum * (tonumber(f[3]) or 1))
-        redis.call('LMOVE', ring, ring, 'LEFT', 'RIGHT')
+        gone[#gone + 1] = t  -- its fields go after the write-back below (its count stays)
       else
-        redis.call('LPOP', q)
-        -- not in `waiting` any more: canceled while it waited; dropped, nothing charged
-        if redis.call('ZREM', base .. ':waiting', job_id) == 1 then
+        local sp = string.find(head, ' ', 1, true)
+        local job_id, cost = string.sub(head, 1, sp - 1), tonumber(string.sub(head, sp + 1))
+        if c[1] < cost then
+          redis.call('LPUSH', q, head)  -- not affordable yet: back in its place
+          end_turn(t, c)
+        else
+          taken[#taken + 1] = job_id
           local job_key = tag .. ':job:' .. job_id
-          local jf = redis.call('HMGET', job_key, 'trace_id', 'claim_key')
-          local entry_id = redis.call('XADD', stream_key, 'MAXLEN', '~', stream_maxlen, '*',
-            'v', '1', 'job', job_id, 'trace', jf[1] or '', 'claim', jf[2] or '')
-          if cap > 0 then
-            redis.call('HSET', job_key, 'entry_id', entry_id, 'fq', 'c')
-            redis.call('HSET', state, 'd:' .. t, deficit - cost, 'r:' .. t, running + 1)
-          else
-            redis.call('HSET', job_key, 'entry_id', entry_id, 'fq', 'f')
-            redis.call('HSET', state, 'd:' .. t, deficit - cost)
+          local jf = redis.call('HMGET', job_key, 'fq', 'trace_id', 'claim_key')
+          -- fq is no longer '1' when the job was canceled while it waited: dropped, no charge
+          if jf[1] == '1' then
+            local entry_id = redis.call('XADD', stream_key, 'MAXLEN', '~', stream_maxlen, '*',
+              'v', '1', 'job', job_id, 'trace', jf[2] or '', 'claim', jf[3] or '')
+            if c[4] > 0 then
+              redis.call('HSET', job_key, 'entry_id', entry_id, 'fq', 'c')
+              c[2] = c[2] + 1
+            else
+              redis.call('HSET', job_key, 'entry_id', entry_id, 'fq', 'f')
+            end
+            c[1] = c[1] - cost
+            dirty[t] = true
+            fed = fed + 1
           end
-          fed = fed + 1
-        end
-        if redis.call('LLEN', q) == 0 then
-          redis.call('LPOP', ring)
-          redis.call('HDEL', state, 'a:' .. t, 'd:' .. t, 'w:' .. t, 'c:' .. t)
+          if c[1] < cost then end_turn(t, c) end
         end
       end
     end
   end
+  if #taken > 0 then redis.call('ZREM', base .. ':waiting', unpack(taken)) end
+  local sets = {}
+  for t, _ in pairs(dirty) do
+    local c = cache[t]
+    sets[#sets + 1] = 'd:' .. t
+    sets[#sets + 1] = c[1]
+    if c[4] > 0 then
+      sets[#sets + 1] = 'r:' .. t
+      sets[#sets + 1] = c[2]
+    end
+  end
+  if #sets > 0 then redis.call('HSET', state, unpack(sets)) end
+  local dels = {}
+  for _, t in ipairs(gone) do
+    dels[#dels + 1] = 'a:' .. t
+    dels[#dels + 1] = 'd:' .. t
+    dels[#dels + 1] = 'w:' .. t
+    dels[#dels + 1] = 'c:' .. t
+  end
+  if #dels > 0 then redis.call('HDEL', state, unpack(dels)) end
   return fed
 end
 
