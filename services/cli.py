@@ -43,8 +43,8 @@ exit codes (every command):
 
 environment (the most used; README lists every SPLATQ_* variable):
   SPLATQ_REDIS_URL      Redis for the services, `info`, `dlq` (default: `up` runs its own)
-  SPLATQ_API_URL        gateway URL for submit/status/cancel
-  SPLATQ_API_KEY        API key for submit/status/cancel
+  SPLATQ_API_URL        gateway URL for submit/status/cancel/jobs
+  SPLATQ_API_KEY        API key for submit/status/cancel/jobs
   SPLATQ_API_KEYS       the gateway's keys, "tenant:key,..."
   SPLATQ_GATEWAY_PORT   the gateway's port (default {_DEFAULTS.gateway_port})
   SPLATQ_METRICS_PORT   /metrics and /livez of a worker, dispatcher, redriver or settler;
@@ -197,6 +197,7 @@ _COMMANDS: dict[str, Callable[[argparse.Namespace, Settings], int]] = {
     "submit": run_client_command,
     "status": run_client_command,
     "cancel": run_client_command,
+    "jobs": run_client_command,
     "info": run_info_command,
     "dlq": run_dlq_command,
     "redriver": _redriver,

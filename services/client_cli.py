@@ -1,4 +1,4 @@
-"""`splatq submit | status | cancel`: the API client on the command line.
+"""`splatq submit | status | cancel | jobs`: the API client on the command line.
 
 Exit codes scripts can rely on: 0 done (submitted, or completed with --wait), 1 the job
 failed or was canceled, 2 usage, 3 the API refused the request (4xx), 4 the API was
@@ -10,24 +10,24 @@ from __future__ import annotations
 import argparse
 import asyncio
 import sys
+from collections.abc import Sequence
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TextIO
 
 import orjson
 
 from splatq.shared.client import ApiProblem, Event, Job, SplatqClient
+from splatq.shared.client.query import statuses_of
 from splatq.shared.engine.events import EventType
+from splatq.shared.engine.states import JobStatus
 from splatq.shared.settings import Settings
 from splatq.shared.storage.store import ARTIFACT_FILES
 
 EXIT_OK, EXIT_JOB_FAILED, EXIT_USAGE, EXIT_REFUSED, EXIT_UNAVAILABLE, EXIT_CONFIG = (
     0, 1, 2, 3, 4, 78)  # fmt: skip
 
-CLIENT_EPILOG = """\
-exit codes:
-  0   done: submitted (or, with --wait, completed)
-  1   the job failed or was canceled
-  2   usage error (bad arguments, --metadata that is not a JSON object)
+_API_CODES = """\
   3   the API refused the request (4xx: the problem code is printed)
   4   the API was unreachable or failed (5xx)
   78  configuration error (no API key, an invalid SPLATQ_* value)
@@ -36,6 +36,24 @@ environment:
   SPLATQ_API_URL   gateway URL (default http://127.0.0.1:$SPLATQ_GATEWAY_PORT)
   SPLATQ_API_KEY   API key sent as a Bearer token
 """
+CLIENT_EPILOG = (
+    """\
+exit codes:
+  0   done: submitted (or, with --wait, completed)
+  1   the job failed or was canceled
+  2   usage error (bad arguments, --metadata that is not a JSON object)
+"""
+    + _API_CODES
+)
+JOBS_EPILOG = (
+    """\
+exit codes:
+  0   listed (also when no job matched)
+  2   usage error (an unknown --status, a --since/--until that is not ISO 8601)
+"""
+    + _API_CODES
+)
+JOBS_TABLE = ("ID", "STATUS", "QUALITY", "PROGRESS", "CREATED", "ERROR")
 
 _EVENT_NAMES = [e.value for e in EventType]
 
@@ -49,7 +67,15 @@ def add_commands(sub: Any) -> None:
         epilog=CLIENT_EPILOG,
         formatter_class=fmt,
     )
-    s.add_argument("image", type=Path, help="the image file (PNG, JPEG or WebP)")
+    s.add_argument(
+        "image", type=Path, nargs="?", help="the image file (PNG, JPEG or WebP); or --url"
+    )
+    s.add_argument(
+        "--url",
+        default=None,
+        metavar="URL",
+        help="input by URL instead of a file: the gateway fetches the image (http or https)",
+    )
     s.add_argument(
         "--quality",
         choices=["preview", "full"],
@@ -57,6 +83,15 @@ def add_commands(sub: Any) -> None:
         help="preview (fast, 128 px) or full (default)",
     )
     s.add_argument("--wait", action="store_true", help="follow progress until the job ends")
+    s.add_argument(
+        "--wait-s",
+        type=_seconds,
+        default=None,
+        metavar="N",
+        help="ask the gateway to hold its answer until the job ends, at most N seconds "
+        "(Prefer: wait=N; the gateway caps N, 60 s by default); with --wait, the events are "
+        "followed only if it has not ended by then",
+    )
     s.add_argument("--out", type=Path, default=None, help="download artifacts here (--wait)")
     s.add_argument("--webhook", default=None, help="webhook URL for this job's events")
     s.add_argument(
@@ -83,7 +118,44 @@ def add_commands(sub: Any) -> None:
         p = sub.add_parser(name, help=what, description=what, epilog=CLIENT_EPILOG,
                            formatter_class=fmt)  # fmt: skip
         p.add_argument("job_id", help="the job's id (job_...)")
-    for p in (s, sub.choices["status"], sub.choices["cancel"]):
+    j = sub.add_parser(
+        "jobs",
+        help="list your jobs, newest first",
+        description="List the API key's jobs, newest first, as a table (or --json).\n"
+        "Without --all, one page; the cursor of the next one is printed on stderr.",
+        epilog=JOBS_EPILOG,
+        formatter_class=fmt,
+    )
+    j.add_argument(
+        "--status",
+        action="append",
+        default=None,
+        metavar="S",
+        help="only jobs in this status (repeat, or comma-separate, for several): "
+        + ", ".join(s.value for s in JobStatus),
+    )
+    j.add_argument(
+        "--since",
+        default=None,
+        metavar="ISO",
+        help="created at or after this time (ISO 8601; without a zone: UTC)",
+    )
+    j.add_argument(
+        "--until",
+        default=None,
+        metavar="ISO",
+        help="created before this time (ISO 8601; without a zone: UTC)",
+    )
+    j.add_argument(
+        "--limit",
+        type=int,
+        default=None,
+        metavar="N",
+        help="jobs per page, 1-100 (the gateway's default: 20)",
+    )
+    j.add_argument("--cursor", default=None, help="continue from a previous page's cursor")
+    j.add_argument("--all", action="store_true", help="follow the cursor through every page")
+    for p in (s, sub.choices["status"], sub.choices["cancel"], j):
         p.add_argument("--api-url", default=None, help="gateway URL (SPLATQ_API_URL)")
         p.add_argument("--api-key", default=None, help="API key (SPLATQ_API_KEY)")
         p.add_argument("--json", action="store_true", help="machine-readable output")
@@ -95,13 +167,19 @@ def run_client_command(args: argparse.Namespace, settings: Settings) -> int:
     if not key:
         print("splatq: no API key: pass --api-key or set SPLATQ_API_KEY", file=sys.stderr)
         return EXIT_CONFIG
-    if args.command == "submit":
-        try:
+    try:
+        if args.command == "submit":
+            if (args.image is None) == (args.url is None):
+                raise ValueError("give an image file or --url URL (one of them)")
             args.metadata = _metadata(args.metadata)
             args.webhook_events = _webhook_events(args.webhook_events)
-        except ValueError as exc:
-            print(f"splatq submit: {exc}", file=sys.stderr)
-            return EXIT_USAGE
+        if args.command == "jobs":
+            args.status = statuses_of(args.status)
+            args.since = _moment(args.since, "--since")
+            args.until = _moment(args.until, "--until")
+    except ValueError as exc:
+        print(f"splatq {args.command}: {exc}", file=sys.stderr)
+        return EXIT_USAGE
     return asyncio.run(_run(args, url, key))
 
 
@@ -115,6 +193,23 @@ def _metadata(raw: str | None) -> dict[str, Any] | None:
     if not isinstance(value, dict):
         raise ValueError('--metadata must be a JSON object, e.g. \'{"scene": "kitchen"}\'')
     return value
+
+
+def _seconds(raw: str) -> int:
+    if not raw.isdigit():
+        raise argparse.ArgumentTypeError(f"not a whole number of seconds: {raw!r}")
+    return int(raw)
+
+
+def _moment(raw: str | None, flag: str) -> datetime | None:
+    """An ISO 8601 time (a date alone is its midnight); without a zone, UTC."""
+    if raw is None:
+        return None
+    try:
+        moment = datetime.fromisoformat(raw)
+    except ValueError:
+        raise ValueError(f"{flag} is not an ISO 8601 time: {raw!r}") from None
+    return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
 
 
 def _webhook_events(raw: str | None) -> list[str] | None:
@@ -140,6 +235,8 @@ async def _run(args: argparse.Namespace, url: str, key: str) -> int:
                 return _report(await client.get(args.job_id), args.json)
             if args.command == "cancel":
                 return _report(await client.cancel(args.job_id), args.json, ok_canceled=True)
+            if args.command == "jobs":
+                return await _jobs(client, args)
             return await _submit(client, args)
         except ApiProblem as exc:
             if args.json:
@@ -154,11 +251,13 @@ async def _run(args: argparse.Namespace, url: str, key: str) -> int:
 
 
 async def _submit(client: SplatqClient, args: argparse.Namespace) -> int:
-    if not args.image.is_file():
+    if args.image is not None and not args.image.is_file():
         print(f"splatq: no such file: {args.image}", file=sys.stderr)
         return EXIT_REFUSED
     job = await client.submit(
         args.image,
+        image_url=args.url,
+        wait_s=args.wait_s,
         quality=args.quality,
         webhook_url=args.webhook,
         webhook_events=args.webhook_events,
@@ -216,6 +315,45 @@ class ProgressLine:
             self.out.write("\r\x1b[2K")
             self.out.flush()
             self._width = 0
+
+
+async def _jobs(client: SplatqClient, args: argparse.Namespace) -> int:
+    filters: dict[str, Any] = {
+        "status": args.status,
+        "created_since": args.since,
+        "created_until": args.until,
+        "limit": args.limit,
+    }
+    if args.all:
+        jobs = [job async for job in client.iter_jobs(**filters)]
+        cursor = None
+    else:
+        page = await client.list_jobs(**filters, cursor=args.cursor)
+        jobs, cursor = list(page.items), page.next_cursor
+    if args.json:
+        doc = {"items": [dict(job.raw) for job in jobs], "next_cursor": cursor}
+        print(orjson.dumps(doc).decode())
+    else:
+        print(_table([JOBS_TABLE, *(_job_row(job) for job in jobs)]))
+        if cursor is not None:
+            print(f"more: --cursor {cursor} (or --all)", file=sys.stderr)
+    return EXIT_OK
+
+
+def _job_row(job: Job) -> tuple[str, ...]:
+    created = (
+        job.created_at.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%SZ") if job.created_at else "-"
+    )
+    error = job.error.code if job.error is not None else ""
+    return (job.id, job.status, job.quality, f"{job.progress:.0%}", created, error)
+
+
+def _table(rows: Sequence[Sequence[str]]) -> str:
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    return "\n".join(
+        "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
+        for row in rows
+    )
 
 
 def _report(job: Job, as_json: bool, ok_canceled: bool = False) -> int:

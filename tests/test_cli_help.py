@@ -37,10 +37,11 @@ def test_every_argument_of_every_command_has_help() -> None:
 
 def test_the_epilogs_list_exit_codes_and_environment() -> None:
     parsers = dict(_parsers(_parser()))
-    for path in ("splatq", "splatq submit", "splatq status", "splatq cancel"):
+    for path in ("splatq", "splatq submit", "splatq status", "splatq cancel", "splatq jobs"):
         text = parsers[path].format_help()
         assert "exit codes" in text
-        for code in ("0", "1", "3", "4", "78"):
+        codes = ("0", "2", "3", "4", "78") if path == "splatq jobs" else ("0", "1", "3", "4", "78")
+        for code in codes:
             assert f"\n  {code} " in text, (path, code)
         assert "SPLATQ_API_KEY" in text
         assert "SPLATQ_API_URL" in text

@@ -3,7 +3,8 @@
 Every call goes through one retry loop (`RetryPolicy`): 429/503 honour `Retry-After`, lost
 connections are retried only where a repeat is harmless. `run()` submits and waits for the
 final state, following the job's events (SSE) and falling back to polling when the stream is
-refused or keeps failing.
+refused or keeps failing. `submit(wait_s=N)` asks the gateway to hold its answer until the job
+ends (`Prefer: wait=N`); `list_jobs`/`iter_jobs` page through the caller's jobs.
 """
 
 from __future__ import annotations
@@ -13,14 +14,15 @@ import mimetypes
 import uuid
 from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Unpack
 
 import aiohttp
 import orjson
 
+from splatq.shared.client.query import JobFilters, PageQuery, list_query, prefer_wait
 from splatq.shared.client.retry import RetryPolicy, parse_retry_after
 from splatq.shared.client.sse import parse_sse
-from splatq.shared.client.types import ApiProblem, Event, Job
+from splatq.shared.client.types import ApiProblem, Event, Job, JobPage
 from splatq.shared.storage.store import ARTIFACT_FILES
 
 # Consecutive failed SSE connections after which `wait` polls instead.
@@ -70,7 +72,8 @@ class SplatqClient:
         safe: bool,
         form: Callable[[], aiohttp.FormData] | None = None,
         headers: Mapping[str, str] | None = None,
-        params: Mapping[str, str] | None = None,
+        params: Mapping[str, str] | Sequence[tuple[str, str]] | None = None,
+        request_timeout: aiohttp.ClientTimeout | None = None,
     ) -> tuple[int, bytes]:
         """Send until a final answer; raise `ApiProblem` for 4xx/5xx and unreachable."""
         loop = asyncio.get_running_loop()
@@ -85,6 +88,7 @@ class SplatqClient:
                     data=form() if form is not None else None,  # a FormData is read once
                     headers=headers,
                     params=params,
+                    timeout=request_timeout or self._timeout,
                 ) as resp:
                     body = await resp.read()
                     if resp.status < 400:
@@ -108,8 +112,10 @@ class SplatqClient:
 
     async def submit(
         self,
-        image: bytes | Path,
+        image: bytes | Path | None = None,
         *,
+        image_url: str | None = None,
+        wait_s: int | None = None,
         quality: str = "full",
         webhook_url: str | None = None,
         webhook_events: Sequence[str] | None = None,
@@ -119,8 +125,16 @@ class SplatqClient:
     ) -> Job:
         """POST /v1/jobs (multipart). The job: queued (202) or already completed (cached).
 
-        Without `idempotency_key` one is made for this call, so a retried submit (a lost
-        reply, 503) can never queue the image twice."""
+        The input is `image` (bytes or a file) or `image_url` (the gateway fetches it), not
+        both. `wait_s=N` sends `Prefer: wait=N`: the gateway answers once the job ended (200,
+        the final job) or after N seconds (at most its bound, 60 s by default; then the queued
+        or running job, as without it). Without `idempotency_key` one is made for this call,
+        so a retried submit (a lost reply, 503) can never queue the image twice."""
+        if (image is None) == (image_url is None):
+            raise ValueError("submit takes an image or an image_url, exactly one of them")
+        if image_url == "":
+            raise ValueError("image_url must be a non-empty URL")
+        headers = prefer_wait(wait_s)
         data = await asyncio.to_thread(image.read_bytes) if isinstance(image, Path) else image
         name = image.name if isinstance(image, Path) else "image"
         params: dict[str, Any] = {"quality": quality, "cache": cache}
@@ -134,20 +148,55 @@ class SplatqClient:
         content_type = mimetypes.guess_type(name)[0] or "application/octet-stream"
 
         def form() -> aiohttp.FormData:
-            f = aiohttp.FormData()
-            f.add_field("image", data, filename=name, content_type=content_type)
+            f = aiohttp.FormData(default_to_multipart=True)
+            if image_url is not None:
+                f.add_field("image_url", image_url)
+            else:
+                f.add_field("image", data, filename=name, content_type=content_type)
             f.add_field("params", encoded, content_type="application/json")
             return f
 
-        key = idempotency_key or f"splatq-client-{uuid.uuid4()}"
+        headers["Idempotency-Key"] = idempotency_key or f"splatq-client-{uuid.uuid4()}"
+        # The gateway may hold the answer for wait_s: the request's time limit grows by as much.
+        timeout = (
+            aiohttp.ClientTimeout(total=(self._timeout.total or 0) + wait_s, connect=10)
+            if wait_s and self._timeout.total is not None
+            else None
+        )
         return Job.from_json(
             await self._json(
-                "POST", "/v1/jobs", safe=True, form=form, headers={"Idempotency-Key": key}
+                "POST", "/v1/jobs", safe=True, form=form, headers=headers, request_timeout=timeout
             )
         )
 
+    async def submit_url(self, image_url: str, **params: Any) -> Job:
+        """`submit(image_url=...)`: the gateway fetches the image (http or https, a public
+        host unless it runs with SPLATQ_IMAGE_URL_ALLOW_PRIVATE)."""
+        return await self.submit(image_url=image_url, **params)
+
     async def get(self, job_id: str) -> Job:
         return Job.from_json(await self._json("GET", f"/v1/jobs/{job_id}", safe=True))
+
+    async def list_jobs(self, **query: Unpack[PageQuery]) -> JobPage:
+        """One page of GET /v1/jobs: the caller's jobs, newest first. `status`: one or several
+        (any of them); `created_since` inclusive, `created_until` exclusive (aware datetimes
+        or RFC 3339 strings); `limit` 1..100 (gateway default 20); `cursor`: the previous
+        page's `next_cursor`, with the same filters. `ValueError` for an unknown status or a
+        naive datetime; `ApiProblem` 400 for what the gateway refuses."""
+        params = list_query(**query)
+        return JobPage.from_json(await self._json("GET", "/v1/jobs", safe=True, params=params))
+
+    async def iter_jobs(self, **filters: Unpack[JobFilters]) -> AsyncGenerator[Job, None]:
+        """Every job the filters (`list_jobs`'s) select, newest first, following
+        `next_cursor` page by page (`limit` is the page size); stop iterating to stop reading."""
+        cursor: str | None = None
+        while True:
+            page = await self.list_jobs(**filters, cursor=cursor)
+            for job in page.items:
+                yield job
+            if page.next_cursor is None:
+                return
+            cursor = page.next_cursor
 
     async def cancel(self, job_id: str) -> Job:
         # Not repeated after a lost reply: a second cancel of a canceled job answers 409.
@@ -222,7 +271,7 @@ class SplatqClient:
 
     async def run(
         self,
-        image: bytes | Path,
+        image: bytes | Path | None = None,
         *,
         on_event: OnEvent | None = None,
         timeout_s: float | None = None,
@@ -230,7 +279,8 @@ class SplatqClient:
         **submit: Any,
     ) -> Job:
         """Submit and wait: the job in its final state (completed, failed or canceled).
-        `submit` takes `submit()`'s keywords; `TimeoutError` after `timeout_s`. A job that
+        `submit` takes `submit()`'s keywords (`image_url=`, `wait_s=`, ...); `TimeoutError`
+        after `timeout_s`. A job that
         is final at once (a cache hit) is returned at once, or, with `on_event`, after its
         recorded events were replayed to it (the same callbacks either way)."""
         async with asyncio.timeout(timeout_s):

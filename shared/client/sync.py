@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Awaitable, Iterator
+from collections.abc import AsyncGenerator, Awaitable, Iterator
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TypeVar, Unpack
 
 from splatq.shared.client.aio import OnEvent, SplatqClient
+from splatq.shared.client.query import JobFilters, PageQuery
 from splatq.shared.client.retry import RetryPolicy
-from splatq.shared.client.types import Event, Job
+from splatq.shared.client.types import Event, Job, JobPage
 
 T = TypeVar("T")
 
@@ -60,8 +61,20 @@ class SyncSplatqClient:
             raise RuntimeError(refusal)
         return asyncio.run_coroutine_threadsafe(_await(aw), self._loop).result()
 
-    def submit(self, image: bytes | Path, **params: Any) -> Job:
+    def submit(self, image: bytes | Path | None = None, **params: Any) -> Job:
+        """See `SplatqClient.submit` (`image_url=`, `wait_s=`, ...)."""
         return self._run(self._client.submit(image, **params))
+
+    def submit_url(self, image_url: str, **params: Any) -> Job:
+        return self._run(self._client.submit_url(image_url, **params))
+
+    def list_jobs(self, **query: Unpack[PageQuery]) -> JobPage:
+        """One page of the caller's jobs (see `SplatqClient.list_jobs`)."""
+        return self._run(self._client.list_jobs(**query))
+
+    def iter_jobs(self, **filters: Unpack[JobFilters]) -> Iterator[Job]:
+        """Every job the filters select, newest first, page by page (a plain generator)."""
+        return self._iterate(self._client.iter_jobs(**filters))
 
     def get(self, job_id: str) -> Job:
         return self._run(self._client.get(job_id))
@@ -83,13 +96,17 @@ class SyncSplatqClient:
             )
         )
 
-    def run(self, image: bytes | Path, **kw: Any) -> Job:
+    def run(self, image: bytes | Path | None = None, **kw: Any) -> Job:
         """Submit and wait (see `SplatqClient.run`)."""
         return self._run(self._client.run(image, **kw))
 
     def events(self, job_id: str, last_event_id: str | None = None) -> Iterator[Event]:
         """The job's events, one at a time, until its terminal event."""
-        stream = self._client.events(job_id, last_event_id)
+        return self._iterate(self._client.events(job_id, last_event_id))
+
+    def _iterate(self, stream: AsyncGenerator[T, None]) -> Iterator[T]:
+        """An async generator of the private loop, one item per `next()`; closed there when
+        the caller stops early."""
         try:
             while True:
                 try:

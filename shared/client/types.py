@@ -1,4 +1,5 @@
-"""The client's typed results: `Job` (with the engine's `JobError`), `Event` and `ApiProblem`.
+"""The client's typed results: `Job` (with the engine's `JobError`), `JobPage`, `Event` and
+`ApiProblem`.
 
 Pure: built from the gateway's JSON; the raw document stays on `.raw` for fields this version
 does not know yet.
@@ -83,6 +84,24 @@ class Job:
             artifacts=dict(doc.get("artifacts") or {}),
             metadata=dict(doc.get("metadata") or {}),
             raw=doc,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class JobPage:
+    """One page of `GET /v1/jobs`: the jobs, newest first, and the cursor of the next page
+    (None on the last one). A page filtered by status may be short, even empty, and still
+    have a `next_cursor`: follow it (or use `iter_jobs`) until it is None."""
+
+    items: tuple[Job, ...]
+    next_cursor: str | None
+
+    @classmethod
+    def from_json(cls, doc: Mapping[str, Any]) -> JobPage:
+        cursor = doc.get("next_cursor")
+        return cls(
+            items=tuple(Job.from_json(item) for item in doc.get("items") or ()),
+            next_cursor=cursor if isinstance(cursor, str) and cursor else None,
         )
 
 
