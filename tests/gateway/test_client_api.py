@@ -42,6 +42,12 @@ async def _queued(client: SplatqClient, n: int, tag: str) -> list[Job]:
     ]
 
 
+def _newest_first(jobs: list[Job]) -> list[str]:
+    """The listing's order: creation time (ms), then id, descending (two jobs made in one
+    millisecond are ordered by id, not by when they were submitted)."""
+    return [j.id for j in sorted(jobs, key=lambda j: (j.raw["created_at"], j.id), reverse=True)]
+
+
 # -- listing ------------------------------------------------------------------------------
 
 
@@ -70,7 +76,7 @@ async def test_list_jobs_filters_and_iter_jobs_follows_the_cursor(
     assert len(first.items) == 2
     assert first.next_cursor is not None
     assert all(isinstance(j, Job) for j in first.items)
-    assert [j.id for j in everything] == [j.id for j in reversed(jobs)]  # newest first
+    assert [j.id for j in everything] == _newest_first(jobs)
     assert {j.id for j in only_canceled.items} == canceled
     assert all(j.status is JobStatus.CANCELED for j in only_canceled.items)
     assert {j.id for j in either} == ids
@@ -234,7 +240,8 @@ async def test_cli_jobs_lists_filters_and_pages(make_client: ClientFactory) -> N
     code, out, err = await splatq(url, "jobs", "--all", "--limit", "2", "--json")
     assert code == 0, err
     doc = orjson.loads(out)
-    assert [j["id"] for j in doc["items"]] == [j.id for j in reversed(jobs)]
+    order = _newest_first(jobs)
+    assert [j["id"] for j in doc["items"]] == order
     assert doc["next_cursor"] is None
 
     code, out, err = await splatq(url, "jobs", "--status", "canceled", "--since", "2020-01-01")
@@ -249,7 +256,7 @@ async def test_cli_jobs_lists_filters_and_pages(make_client: ClientFactory) -> N
     cursor = err.split("--cursor ", 1)[1].split()[0]
     code, out, err = await splatq(url, "jobs", "--limit", "1", "--cursor", cursor, "--json")
     assert code == 0, err
-    assert [j["id"] for j in orjson.loads(out)["items"]] == [jobs[1].id]
+    assert [j["id"] for j in orjson.loads(out)["items"]] == [order[1]]
 
     for bad in (["--status", "done"], ["--since", "yesterday"]):
         code, _, err = await splatq(url, "jobs", *bad)
