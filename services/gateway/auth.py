@@ -15,12 +15,12 @@ from __future__ import annotations
 
 import hmac
 import time
-from collections import OrderedDict
 from collections.abc import Mapping
 
 from aiohttp import web
 
 from splatq.services.gateway.problems import ApiError
+from splatq.services.gateway.ttl_cache import TtlCache
 from splatq.shared.tenants.apikeys import key_hash
 from splatq.shared.tenants.store import TenantStore, is_live
 
@@ -44,10 +44,8 @@ class KeyResolver:
     ) -> None:
         self._static = [(k.encode(), t) for k, t in static.items()]
         self._store = store
-        self._ttl_s = ttl_s
-        self._max = max_entries
-        # sha256(key) -> (tenant or '' when unknown, key expiry ms (0 = never), cached until)
-        self._cache: OrderedDict[str, tuple[str, int, float]] = OrderedDict()
+        # sha256(key) -> (tenant or '' when unknown, key expiry ms (0 = never))
+        self._cache: TtlCache[str, tuple[str, int]] = TtlCache(ttl_s, max_entries)
         self.lookups = 0  # Redis lookups made (tests, metrics)
 
     def static_tenant(self, token: str) -> str | None:
@@ -62,22 +60,14 @@ class KeyResolver:
         tenant = self.static_tenant(token)
         if tenant is not None or self._store is None:
             return tenant
-        digest = key_hash(token)
-        now = time.monotonic()
-        hit = self._cache.get(digest)
-        if hit is None or hit[2] <= now:
+        store = self._store
+
+        async def load() -> tuple[str, int]:
             self.lookups += 1
-            match = await self._store.lookup(token)
-            hit = (
-                (match.tenant, match.expires_ms, now + self._ttl_s)
-                if match
-                else ("", 0, now + self._ttl_s)
-            )
-            self._cache[digest] = hit
-            if len(self._cache) > self._max:
-                self._cache.popitem(last=False)
-        self._cache.move_to_end(digest)
-        tenant, expires_ms, _ = hit
+            match = await store.lookup(token)
+            return (match.tenant, match.expires_ms) if match else ("", 0)
+
+        tenant, expires_ms = await self._cache.get(key_hash(token), load)
         return tenant if tenant and is_live(expires_ms, time.time()) else None
 
 

@@ -5,11 +5,9 @@ seconds as API keys, so a change reaches every gateway within SPLATQ_API_KEY_CAC
 
 from __future__ import annotations
 
-import time
-from collections import OrderedDict
-
 from aiohttp import web
 
+from splatq.services.gateway.ttl_cache import TtlCache
 from splatq.shared.engine.fairness import FairScheduling, TenantPolicy
 from splatq.shared.engine.keys import StreamName
 from splatq.shared.tenants.store import DEFAULT_WEIGHT, TenantScheduling, TenantStore
@@ -34,21 +32,10 @@ class TenantPolicies:
     ) -> None:
         self.store = store
         self.defaults = defaults
-        self.ttl_s = ttl_s
-        self.size = size
-        self._cache: OrderedDict[str, tuple[TenantScheduling, float]] = OrderedDict()
+        self._cache: TtlCache[str, TenantScheduling] = TtlCache(ttl_s, size)
 
     async def get(self, tenant: str, stream: StreamName) -> TenantPolicy:
-        now = time.monotonic()
-        hit = self._cache.get(tenant)
-        if hit is None or hit[1] <= now:
-            own = await self.store.scheduling(tenant)
-            self._cache[tenant] = (own, now + self.ttl_s)
-            self._cache.move_to_end(tenant)
-            while len(self._cache) > self.size:
-                self._cache.popitem(last=False)
-        else:
-            own = hit[0]
+        own = await self._cache.get(tenant, lambda: self.store.scheduling(tenant))
         return merge(self.defaults, own, tenant, stream)
 
 

@@ -6,13 +6,12 @@ jobs may run at once, and which partition a tenant's work lives in. Pure; the Re
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import orjson
 
-from splatq.shared.engine.keys import StreamName
+from splatq.shared.engine.keys import KeySchema, StreamName
 
 # Estimated cost of a job by quality, in the scheduler's units (a preview is 1). Deficit
 # round-robin hands each tenant `quantum x weight` units per turn, so a tenant of full jobs
@@ -80,8 +79,7 @@ def home_partition(tenant: str, partitions: int) -> int:
     counter in one slot (global across workers, enforced atomically). A cap bounds the
     tenant's throughput anyway, so confining it to one partition costs it nothing; tenants
     without a cap spread over every partition by job key."""
-    digest = hashlib.sha256(f"tenant:{tenant}".encode()).digest()
-    return int.from_bytes(digest[:8], "big") % partitions
+    return KeySchema(partitions=partitions).partition_for(f"tenant:{tenant}")
 
 
 def parse_int_map(raw: str, what: str, maximum: int) -> dict[str, int]:

@@ -204,10 +204,6 @@ class JobQueue:
             return self.keys.partition_for(logical_key)
         return random.randrange(self.settings.partitions)
 
-    def tenant_policy(self, tenant: str, stream: StreamName) -> TenantPolicy:
-        """The deployment's default terms for `tenant` (weights and caps from Settings)."""
-        return self.settings.fairness.policy(tenant, stream)
-
     def new_job_id(self, spec: JobSpec, policy: TenantPolicy | None = None) -> str:
         """A fresh id for `spec`'s job in the partition `enqueue` routes it to (under the same
         `policy`): a caller that must record something under the id before the job exists
