@@ -23,6 +23,7 @@ from splatq.services.tenant_cli import COMMANDS as TENANT_COMMANDS
 from splatq.services.tenant_cli import add_commands as add_tenant_commands
 from splatq.services.tenant_cli import run_tenant_command
 from splatq.shared import __version__
+from splatq.shared.engine.stages import PipelineStage, parse_stage_list
 from splatq.shared.engine.worker import load_handler_factory
 from splatq.shared.settings import Settings, SettingsError
 
@@ -108,6 +109,19 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="drain: exit 0 once nothing waits, is delayed or runs in this worker's partitions",
     )
+    w.add_argument(
+        "--stages",
+        default=None,
+        help="run these pipeline stages instead of whole jobs: comma-separated among ingest, "
+        "reconstruct, export, render, publish, cleanup, or `all` (default: SPLATQ_STAGES; "
+        "unset = whole jobs). A GPU pod runs `reconstruct`, a CPU pod the rest",
+    )
+    w.add_argument(
+        "--stage-handlers",
+        default=None,
+        help="stage handlers factory 'package.module:factory' (default: SPLATQ_STAGE_HANDLERS, "
+        "else the 3DGS stages)",
+    )
     w.add_argument("--check", action="store_true", help=CHECK_HELP + " (Redis PING)")
     return p
 
@@ -178,6 +192,21 @@ def _worker(args: argparse.Namespace, settings: Settings) -> int:
     # Imported here so `splatq --help` and `splatq up` stay fast (no torch, no prometheus).
     from splatq.shared.engine.runner import run_worker  # noqa: PLC0415
 
+    if args.concurrency is not None:
+        settings = settings.with_overrides(worker_concurrency=args.concurrency)
+    stages = settings.stages
+    if args.stages is not None:
+        try:
+            stages = tuple(s.value for s in parse_stage_list(args.stages))
+        except ValueError as exc:
+            print(f"splatq worker: --stages: {exc}", file=sys.stderr)
+            return EXIT_CONFIG
+    if stages:
+        if args.burst:
+            print("splatq worker: --burst runs whole jobs; drop --stages", file=sys.stderr)
+            return EXIT_CONFIG
+        return _stage_worker(args, settings, tuple(PipelineStage(s) for s in stages))
+
     spec = args.handler or settings.job_handler or DEFAULT_HANDLER
     try:
         factory = load_handler_factory(spec)
@@ -187,9 +216,28 @@ def _worker(args: argparse.Namespace, settings: Settings) -> int:
             hint = "; the default handler needs the worker extra: pip install 'splatq[worker]'"
         print(f"splatq worker: cannot load handler {spec!r}: {exc}{hint}", file=sys.stderr)
         return EXIT_CONFIG
-    if args.concurrency is not None:
-        settings = settings.with_overrides(worker_concurrency=args.concurrency)
     asyncio.run(run_worker(settings, factory, burst=args.burst))
+    return 0
+
+
+def _stage_worker(
+    args: argparse.Namespace, settings: Settings, stages: tuple[PipelineStage, ...]
+) -> int:
+    from splatq.shared.engine.stage_runner import (  # noqa: PLC0415
+        DEFAULT_STAGE_HANDLERS,
+        run_stage_workers,
+    )
+
+    spec = args.stage_handlers or settings.stage_handlers or DEFAULT_STAGE_HANDLERS
+    try:
+        factory = load_handler_factory(spec)
+    except (ValueError, ImportError, AttributeError) as exc:
+        hint = ""
+        if spec == DEFAULT_STAGE_HANDLERS and isinstance(exc, ImportError):
+            hint = "; the 3DGS stages need the worker extra: pip install 'splatq[worker]'"
+        print(f"splatq worker: cannot load stage handlers {spec!r}: {exc}{hint}", file=sys.stderr)
+        return EXIT_CONFIG
+    asyncio.run(run_stage_workers(settings, factory, stages))  # type: ignore[arg-type]
     return 0
 
 

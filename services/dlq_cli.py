@@ -19,6 +19,7 @@ from typing import Any, Protocol
 import orjson
 
 from splatq.shared.engine.queue import DeadLetter, JobQueue
+from splatq.shared.engine.stages import PIPELINE, PipelineStage
 from splatq.shared.maintenance.audit import AuditAction, AuditRecord, person_actor
 from splatq.shared.maintenance.deadletters import DeadLetterBook
 from splatq.shared.maintenance.keys import DeadLetterKind
@@ -43,6 +44,14 @@ def add_commands(sub: Any) -> None:
         p.add_argument("--all", action="store_true", help="every entry matching the filters")
         p.add_argument("--dry-run", action="store_true", help="say what would happen, do nothing")
         p.add_argument("--as", dest="actor", default="", help="who acts (for the audit trail)")
+    verbs.choices["redrive"].add_argument(
+        "--from-stage",
+        choices=[s.value for s in PIPELINE],
+        default=None,
+        help="staged jobs: run this stage and every later one again (their ledger records "
+        "are cleared; earlier stages that succeeded are skipped). Default: resume at the "
+        "stage that failed",
+    )
     for p in verbs.choices.values():
         p.add_argument(
             "--kind",
@@ -176,6 +185,8 @@ class _Audited:
         self.book = book
         self.kind = kind
         self.actor = person_actor(getattr(args, "actor", ""))
+        raw_stage = getattr(args, "from_stage", None)
+        self.from_stage = PipelineStage(raw_stage) if raw_stage else None
 
     def _record(self, action: AuditAction, letter: DeadLetter) -> AuditRecord:
         why = f"splatq dlq {'redrive' if action is AuditAction.REDRIVEN else 'purge'}"
@@ -187,7 +198,9 @@ class _Audited:
             return "not_redrivable", f"entry has no job of this partition ({letter.reason})"
         if not subject.fields and self.kind is DeadLetterKind.JOBS:
             return "not_redrivable", "no job record"
-        call = self.book.redrive_call(subject, self._record(AuditAction.REDRIVEN, letter))
+        call = self.book.redrive_call(
+            subject, self._record(AuditAction.REDRIVEN, letter), from_stage=self.from_stage
+        )
         [outcome] = await self.book.redrive_many([(subject, call)])
         return outcome
 

@@ -24,6 +24,7 @@ from splatq.shared import __version__
 from splatq.shared.engine.jobs import JobRecord
 from splatq.shared.engine.keys import STREAMS
 from splatq.shared.engine.queue import JobQueue
+from splatq.shared.engine.stages import ALL_STAGES, FIRST_STAGE
 from splatq.shared.engine.states import JobStatus
 from splatq.shared.tenant_metrics import TenantMetrics
 
@@ -69,11 +70,34 @@ class QueueMetrics:
     dead_letter_length: Gauge
     events_length: Gauge
     lost_entries: Gauge
+    stage_depth: Gauge
+    stage_running: Gauge
+    stage_oldest_waiting_age: Gauge
 
     @classmethod
     def create(cls, registry: CollectorRegistry = REGISTRY) -> QueueMetrics:
         sp = ["stream", "partition"]
+        ssp = ["stage", "stream", "partition"]
         return cls(
+            stage_depth=Gauge(
+                "splatq_stage_depth",
+                "Staged pipeline: jobs waiting for a worker of the stage (the ingest stage "
+                "includes the tenants' fair queues; cleanup counts finished jobs)",
+                ssp,
+                registry=registry,
+            ),
+            stage_running=Gauge(
+                "splatq_stage_running",
+                "Staged pipeline: entries of the stage delivered and not yet acked",
+                ssp,
+                registry=registry,
+            ),
+            stage_oldest_waiting_age=Gauge(
+                "splatq_stage_oldest_waiting_age_seconds",
+                "Staged pipeline: age of the oldest entry waiting in the stage (0 when none)",
+                ssp,
+                registry=registry,
+            ),
             queue_depth=Gauge(
                 "splatq_queue_depth",
                 "Jobs waiting for a worker: in the tenants' fair queues, or in the stream and "
@@ -140,8 +164,11 @@ class QueueMetrics:
             ),
         )
 
-    async def sample(self, queue: JobQueue, partitions: tuple[int, ...]) -> None:
-        """Refresh the gauges that mirror Redis state (called periodically)."""
+    async def sample(
+        self, queue: JobQueue, partitions: tuple[int, ...], staged: bool = False
+    ) -> None:
+        """Refresh the gauges that mirror Redis state (called periodically); `staged`: the
+        pipeline stages' gauges too."""
         for p in partitions:
             label = str(p)
             waiting = running = 0
@@ -172,6 +199,24 @@ class QueueMetrics:
             self.dead_letter_length.labels(label).set(counts["dead_letters"])
             self.events_length.labels(label).set(counts["events"])
             self.lost_entries.labels(label).set(counts["lost_entries"])
+            if staged:
+                await self._sample_stages(queue, p)
+
+    async def _sample_stages(self, queue: JobQueue, partition: int) -> None:
+        label = str(partition)
+        for stage in ALL_STAGES:
+            stage_queue = queue.for_stage(stage)
+            for stream in STREAMS:
+                s = await stage_queue.stream_stats(partition, stream)
+                depth = max(s.length - s.pending, 0)
+                oldest = s.oldest_waiting_age_s
+                if stage == FIRST_STAGE:
+                    fair = await queue.waiting(partition, stream)
+                    depth += fair.waiting
+                    oldest = max(oldest, fair.oldest_waiting_age_s)
+                self.stage_depth.labels(stage.value, stream.value, label).set(depth)
+                self.stage_running.labels(stage.value, stream.value, label).set(s.pending)
+                self.stage_oldest_waiting_age.labels(stage.value, stream.value, label).set(oldest)
 
 
 @dataclass(frozen=True, slots=True)
@@ -194,6 +239,8 @@ class EngineMetrics:
     slots_in_use: Gauge
     slots_reserved: Gauge
     entries_lost_alarm: Counter
+    stage_runs: Counter
+    stage_duration: Histogram
     tenants: TenantMetrics
 
     @classmethod
@@ -297,6 +344,20 @@ class EngineMetrics:
                 ["stream"],
                 registry=registry,
             ),
+            stage_runs=Counter(
+                "splatq_stage_runs_total",
+                "Staged pipeline: stage runs ended by this worker, by outcome (advanced, "
+                "completed, retrying, failed, canceled, lease_lost, released)",
+                ["stage", "stream", "outcome"],
+                registry=registry,
+            ),
+            stage_duration=Histogram(
+                "splatq_stage_duration_seconds",
+                "Staged pipeline: a stage run's time from its start to its commit",
+                ["stage", "stream", "outcome"],
+                buckets=_DURATION_BUCKETS,
+                registry=registry,
+            ),
             entries_lost_alarm=Counter(
                 "splatq_stream_entries_lost_total",
                 "ALARM: XAUTOCLAIM reported pending entries deleted from the stream",
@@ -305,14 +366,17 @@ class EngineMetrics:
             ),
         )
 
-    async def sample_queues(self, queue: JobQueue, partitions: tuple[int, ...]) -> None:
-        await self.queues.sample(queue, partitions)
+    async def sample_queues(
+        self, queue: JobQueue, partitions: tuple[int, ...], staged: bool = False
+    ) -> None:
+        await self.queues.sample(queue, partitions, staged)
         await self.tenants.sample(queue, partitions)
 
     def observe_started(self, job: JobRecord) -> None:
         """Queue wait, once per job: at its first delivery (a retry or a re-delivery after a
         worker's death is not waiting in the queue again)."""
-        if job.deliveries <= 1 and job.started_at_ms is not None:
+        first_stage = job.current_stage in ("", FIRST_STAGE.value)
+        if first_stage and job.deliveries <= 1 and job.started_at_ms is not None:
             wait_s = max(job.started_at_ms - job.created_at_ms, 0) / 1000
             self.queue_wait.labels(job.stream.value, quality_label(job.quality)).observe(wait_s)
 

@@ -14,6 +14,7 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 from splatq.shared.engine.fairness import DEFAULT_COSTS, FairScheduling, parse_int_map
+from splatq.shared.engine.stages import parse_stage_list
 
 # The shortest input/artifact retention the environment may set: a typo of 0 or 60 would
 # otherwise delete nearly every stored object at the next run of the retention task.
@@ -79,6 +80,31 @@ def _int_map(
         return parse_int_map(raw, what, 1000)
     except ValueError as exc:
         raise SettingsError(f"{name}: {exc}") from None
+
+
+def _stages(env: Mapping[str, str], name: str) -> tuple[str, ...]:
+    raw = env.get(name, "").strip()
+    if not raw:
+        return ()
+    try:
+        return tuple(s.value for s in parse_stage_list(raw))
+    except ValueError as exc:
+        raise SettingsError(f"{name}: {exc}") from None
+
+
+def _stage_map(
+    env: Mapping[str, str], name: str, default: Mapping[str, int], maximum: int = 1000
+) -> Mapping[str, int]:
+    """'reconstruct=16,export=4': per-stage integers over the default's; names are checked."""
+    raw = env.get(name, "").strip()
+    if not raw:
+        return dict(default)
+    try:
+        given = parse_int_map(raw, "stage", maximum)
+        parse_stage_list(",".join(given))
+    except ValueError as exc:
+        raise SettingsError(f"{name}: {exc}") from None
+    return {**default, **given}
 
 
 def _codes(env: Mapping[str, str], name: str, default: frozenset[str]) -> frozenset[str]:
@@ -244,6 +270,24 @@ class Settings:
 
     # Worker slot pool.
     worker_concurrency: int = 10
+    # The staged pipeline (docs/architecture.md#staged-pipeline). `stages`: what
+    # `splatq worker` runs (SPLATQ_STAGES / --stages; empty = whole jobs in one handler).
+    # Per stage: slots (else worker_concurrency), attempts (else max_attempts) and a timeout
+    # per run in seconds (0 = none). `stage_buffer`: how many entries of a class the next
+    # stage's stream of a partition may hold before a stage stops taking work (backpressure:
+    # work waits in the fair queues, in fair order, rather than in a line further down).
+    stages: tuple[str, ...] = ()
+    # The stage handlers factory 'package.module:factory' ('' = the 3DGS stages).
+    stage_handlers: str = ""
+    stage_concurrency: Mapping[str, int] = field(default_factory=dict)
+    stage_max_attempts: Mapping[str, int] = field(default_factory=dict)
+    stage_timeout_s: Mapping[str, int] = field(
+        default_factory=lambda: {
+            "ingest": 60, "reconstruct": 600, "export": 300, "render": 600, "publish": 300,
+            "cleanup": 300,
+        }
+    )  # fmt: skip
+    stage_buffer: int = 32
     interactive_share: float = 0.7
     fetch_block_ms: int = 1_000
 
@@ -380,6 +424,14 @@ class Settings:
             weights=self.tenant_weights,
             max_running_interactive=self.tenant_max_running_interactive,
             max_running_synthesis=self.tenant_max_running_synthesis,
+        )
+
+    def for_stage(self, stage: str) -> Settings:
+        """The settings a stage's worker runs under: its own slots and attempts."""
+        return replace(
+            self,
+            worker_concurrency=self.stage_concurrency.get(stage, self.worker_concurrency),
+            max_attempts=self.stage_max_attempts.get(stage, self.max_attempts),
         )
 
     @property
@@ -564,6 +616,12 @@ class Settings:
             batch_max_wait_ms=_int(e, "SPLATQ_BATCH_MAX_WAIT_MS", d.batch_max_wait_ms, 0),
             batch_max_pixels=_int(e, "SPLATQ_BATCH_MAX_PIXELS", d.batch_max_pixels, 0),
             device_max_pass_ms=_int(e, "SPLATQ_DEVICE_MAX_PASS_MS", d.device_max_pass_ms, 0),
+            stages=_stages(e, "SPLATQ_STAGES"),
+            stage_handlers=e.get("SPLATQ_STAGE_HANDLERS", "").strip(),
+            stage_concurrency=_stage_map(e, "SPLATQ_STAGE_CONCURRENCY", d.stage_concurrency),
+            stage_max_attempts=_stage_map(e, "SPLATQ_STAGE_MAX_ATTEMPTS", d.stage_max_attempts),
+            stage_timeout_s=_stage_map(e, "SPLATQ_STAGE_TIMEOUT_S", d.stage_timeout_s, 86_400),
+            stage_buffer=_int(e, "SPLATQ_STAGE_BUFFER", d.stage_buffer, 0),
             device_memory_budget_pixels=_int(
                 e, "SPLATQ_DEVICE_MEMORY_BUDGET_PIXELS", d.device_memory_budget_pixels, 0
             ),

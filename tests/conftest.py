@@ -100,6 +100,44 @@ async def start_worker(redis: Redis, settings: Settings) -> AsyncIterator[Worker
         await finish_or_cancel(task)
 
 
+StagesFactory = Callable[..., Awaitable[list[Any]]]
+
+
+@pytest.fixture
+async def start_stages(redis: Redis, settings: Settings) -> AsyncIterator[StagesFactory]:
+    """Start in-process staged workers: one `Worker` per job stage given (on that stage's
+    streams, with its own queue) and the cleanup consumer when `cleanup` is given; all are
+    stopped after the test. Returns the started workers."""
+    from splatq.shared.engine.cleanup import CleanupWorker  # noqa: PLC0415
+    from splatq.shared.engine.stages import PIPELINE, PipelineStage  # noqa: PLC0415
+
+    started: list[tuple[Any, asyncio.Task[None]]] = []
+
+    async def factory(handlers: Any, stages: Any = "all", **overrides: Any) -> list[Any]:
+        from splatq.shared.engine.stages import parse_stage_list  # noqa: PLC0415
+
+        chosen = parse_stage_list(stages) if isinstance(stages, str) else tuple(stages)
+        s = settings.with_overrides(**overrides)
+        out: list[Any] = []
+        for stage in chosen:
+            if stage in PIPELINE:
+                q = JobQueue(redis, s).for_stage(stage)
+                w: Any = Worker(q, s.for_stage(stage.value), handlers.handler(stage))
+            elif stage is PipelineStage.CLEANUP:
+                w = CleanupWorker(JobQueue(redis, s), handlers.cleanup, claim_idle_ms=1000)
+            else:
+                continue
+            started.append((w, asyncio.create_task(w.run())))
+            out.append(w)
+        return out
+
+    yield factory
+    for w, _ in started:
+        w.stop()
+    for _, task in started:
+        await finish_or_cancel(task)
+
+
 async def finish_or_cancel(task: asyncio.Task[None], timeout_s: float = 15.0) -> None:
     """Wait for a stopped service's task to end; cancel it if it does not in time."""
     try:

@@ -26,20 +26,33 @@ class EncodedArtifacts:
     preview_size: int
 
 
+def encode_files(gaussians: Gaussians) -> dict[str, bytes]:
+    """The Gaussians as `.ply` and `.splat` (blocking; the export stage's work)."""
+    cpu = gaussians.to("cpu")
+    return {"gaussian_ply": formats.to_ply_bytes(cpu), "splat": formats.to_splat_bytes(cpu)}
+
+
+def preview_size(input_camera: Camera) -> int:
+    return min(PREVIEW_MAX_SIZE, input_camera.width)
+
+
+def render_preview(gaussians: Gaussians, input_camera: Camera) -> bytes:
+    """The preview PNG rendered from a turned camera, on the Gaussians' device (blocking;
+    the render stage's work)."""
+    size = preview_size(input_camera)
+    preview_cam = Camera.input_view(size, size).orbited(PREVIEW_YAW_DEG)
+    return to_png_bytes(render(gaussians, preview_cam))
+
+
 def encode_artifacts(gaussians: Gaussians, input_camera: Camera) -> EncodedArtifacts:
     """PLY, .splat and a preview PNG rendered from a turned camera (CPU/GPU, blocking)."""
-    size = min(PREVIEW_MAX_SIZE, input_camera.width)
-    preview_cam = Camera.input_view(size, size).orbited(PREVIEW_YAW_DEG)
-    image = render(gaussians, preview_cam)
-    cpu = gaussians.to("cpu")
     return EncodedArtifacts(
         files={
-            "gaussian_ply": formats.to_ply_bytes(cpu),
-            "splat": formats.to_splat_bytes(cpu),
-            "rendered_preview": to_png_bytes(image),
+            **encode_files(gaussians),
+            "rendered_preview": render_preview(gaussians, input_camera),
         },
         gaussian_count=gaussians.count,
-        preview_size=size,
+        preview_size=preview_size(input_camera),
     )
 
 

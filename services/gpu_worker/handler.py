@@ -175,16 +175,7 @@ class GpuJobHandler:
         data = await self.storage.get_bytes(ctx.job.input_ref)
         image = await ctx.run_blocking(decode_image, data, resolution, self.decode_limits)
         await ctx.progress(0.15, "inference")
-        max_batch = batch_hint(ctx.job.hints)
-        if max_batch:
-            ctx.log.info("gpu.batch_hint", batch_max_size=max_batch)
-        gaussians = await self.batchers[quality].submit(
-            _Item(image, quality, time.monotonic(), ctx.job.id),
-            cost=resolution * resolution,
-            max_batch=max_batch,
-        )
-        if self.metrics is not None:
-            self.metrics.gaussians_per_job.labels(quality).observe(gaussians.count)
+        gaussians = await self.infer_one(ctx, image, quality, resolution)
         await ctx.progress(0.6, "encoding")
         camera = self.model.input_camera(resolution)
         encoded = await ctx.run_blocking(encode_artifacts, gaussians, camera)
@@ -206,6 +197,23 @@ class GpuJobHandler:
             model=self.model.version,
             extra_fields={"gaussian_count": str(gaussians.count), "artifact_run": run},
         )
+
+    async def infer_one(
+        self, ctx: JobContext, image: torch.Tensor, quality: str, resolution: int
+    ) -> Gaussians:
+        """One job's image through the quality's batcher: batched with whatever else waits,
+        on the device in priority order (the reconstruct stage calls this too)."""
+        max_batch = batch_hint(ctx.job.hints)
+        if max_batch:
+            ctx.log.info("gpu.batch_hint", batch_max_size=max_batch)
+        gaussians = await self.batchers[quality].submit(
+            _Item(image, quality, time.monotonic(), ctx.job.id),
+            cost=resolution * resolution,
+            max_batch=max_batch,
+        )
+        if self.metrics is not None:
+            self.metrics.gaussians_per_job.labels(quality).observe(gaussians.count)
+        return gaussians
 
     # -- batches --------------------------------------------------------------------------
 

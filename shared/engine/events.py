@@ -21,6 +21,8 @@ class EventType(StrEnum):
     COMPLETED = f"{EVENT_NAMESPACE}.completed"
     FAILED = f"{EVENT_NAMESPACE}.failed"
     CANCELED = f"{EVENT_NAMESPACE}.canceled"
+    # A full job's quick preview-resolution result is available (staged pipeline, opt-in).
+    PREVIEW_READY = f"{EVENT_NAMESPACE}.preview_ready"
 
 
 TERMINAL_EVENTS: frozenset[EventType] = frozenset(
@@ -40,6 +42,19 @@ def queued_fields(quality: str, stream: str) -> str:
 
 def progress_fields(progress: float, stage: str) -> str:
     return _members({"progress": round(progress, 4), "stage": stage})
+
+
+def stage_fields(progress: float, stage: str, status: str, next_stage: str = "") -> str:
+    """A `progress` event of the staged pipeline: the stage that reached `status` (and the
+    one the job moves on to)."""
+    body: dict[str, object] = {
+        "progress": round(progress, 4),
+        "stage": stage,
+        "stage_status": status,
+    }
+    if next_stage:
+        body["next_stage"] = next_stage
+    return _members(body)
 
 
 def completed_fields(model: str, compute_time_ms: int, artifacts: Mapping[str, str]) -> str:

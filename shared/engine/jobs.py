@@ -12,6 +12,7 @@ from typing import Any
 import orjson
 
 from splatq.shared.engine.keys import StreamName
+from splatq.shared.engine.stages import PipelineStage, StageRecord, ledger_of
 from splatq.shared.engine.states import JobStatus
 
 JOB_FORMAT_VERSION = "1"
@@ -129,6 +130,11 @@ class JobRecord:
     delivery_charge: float = 0.0
     # Fields `hint_<name>` a redrive policy set (e.g. batch_max_size), by name.
     hints: Mapping[str, str] = field(default_factory=dict)
+    # The pipeline stage the job is in ('' = never staged: a monolithic worker runs it whole)
+    # and the ledger records of the stages it finished (shared/engine/stages.py).
+    current_stage: str = ""
+    ledger: Mapping[PipelineStage, StageRecord] = field(default_factory=dict)
+    redrives: int = 0
 
     @classmethod
     def from_hash(cls, raw: Mapping[str, str]) -> JobRecord:
@@ -173,6 +179,9 @@ class JobRecord:
             artifact_run=raw.get("artifact_run", ""),
             delivery_charge=float(raw.get("delivery_charge") or 0.0),
             hints={k[5:]: v for k, v in raw.items() if k.startswith("hint_")},
+            current_stage=raw.get("current_stage", ""),
+            ledger=ledger_of(raw),
+            redrives=_int(raw, "redrives"),
         )
 
 
@@ -228,8 +237,25 @@ class JobOutcome:
 # Job hash fields only the engine's scripts write: a handler's extra fields may not touch them.
 RESERVED_FIELDS = frozenset({
     "id", "status", "attempts", "deliveries", "entry_id", "claim_key", "lease_token",
-    "tenant", "worker", "stream", "cancel_requested", "v",
+    "tenant", "worker", "stream", "cancel_requested", "v", "current_stage", "last_commit",
 })  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
+class StageDone:
+    """What a pipeline stage's handler returns when its stage succeeded (any stage but the
+    last, which returns a `JobOutcome`): the digest of the stage's inputs and the keys of
+    its outputs, for the ledger and the next stage. The worker commits it with advance.lua."""
+
+    digest: str
+    outputs: Mapping[str, str] = field(default_factory=dict)
+    # True when the ledger already held a success for this digest and nothing ran.
+    skipped: bool = False
+    work_ms: int | None = None
+    facts: Mapping[str, str] = field(default_factory=dict)
+    # A second event to emit with the advance (e.g. preview_ready) and its JSON members.
+    also_event: str = ""
+    also_extra: str = ""
 
 
 def pairs_to_dict(flat: list[str]) -> dict[str, str]:

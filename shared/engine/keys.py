@@ -7,7 +7,7 @@ every script stays inside one Redis Cluster slot. Pure string building; no I/O.
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import StrEnum
 
 from splatq.shared.engine.ids import partition_of
@@ -39,12 +39,35 @@ class KeySchema:
 
     prefix: str = "splatq"
     partitions: int = 1
+    # The pipeline stage whose work streams and retry set `stream()` and `delayed()` name:
+    # '' for the entry stage (the gateway's streams, read by monolithic and `ingest`
+    # workers alike), else a later stage of shared/engine/stages.py.
+    stage: str = ""
+
+    def for_stage(self, stage: str) -> KeySchema:
+        """The same deployment's keys, with the work streams of `stage` ('' or the first
+        pipeline stage: the entry streams)."""
+        from splatq.shared.engine.stages import FIRST_STAGE  # noqa: PLC0415 - no import cycle
+
+        return replace(self, stage="" if stage == FIRST_STAGE.value else stage)
 
     def tag(self, partition: int) -> str:
         return f"{self.prefix}:{{p{partition}}}"
 
     def stream(self, partition: int, stream: StreamName) -> str:
+        if self.stage:
+            return f"{self.tag(partition)}:stream:{self.stage}:{stream.value}"
         return f"{self.tag(partition)}:stream:{stream.value}"
+
+    def stage_stream(self, partition: int, stage: str, stream: StreamName) -> str:
+        """Another stage's work stream (the next stage, for an advance)."""
+        return self.for_stage(stage).stream(partition, stream)
+
+    def cleanup_stream(self, partition: int, stream: StreamName) -> str:
+        """Entries of finished staged jobs whose intermediates are to be deleted: added by
+        the terminal commit itself (`stage_cleanup` in lua/_preamble.lua builds the same
+        name), read by `cleanup` workers."""
+        return f"{self.tag(partition)}:stream:cleanup:{stream.value}"
 
     def events(self, partition: int) -> str:
         """The outbox: job events appended by the same script as the state change."""
@@ -54,7 +77,8 @@ class KeySchema:
         return f"{self.tag(partition)}:dlq:jobs"
 
     def delayed(self, partition: int) -> str:
-        """Sorted set of job ids waiting for a retry, scored by due time (ms)."""
+        """Sorted set of job ids waiting for a retry, scored by due time (ms); one for every
+        stage (each member names its stage's stream, see queue.delayed_member)."""
         return f"{self.tag(partition)}:delayed"
 
     def job(self, job_id: str) -> str:

@@ -6,6 +6,7 @@ lives with its callers. Every multi-key call stays in one `{pN}` slot.
 
 from __future__ import annotations
 
+import copy
 import random
 import secrets
 import time
@@ -13,6 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import orjson
 from redis.asyncio import Redis
 from redis.exceptions import ResponseError
 
@@ -23,6 +25,7 @@ from splatq.shared.engine.ids import is_job_id, new_event_id, new_job_id, new_tr
 from splatq.shared.engine.jobs import JOB_FORMAT_VERSION, JobRecord, JobSpec, pairs_to_dict
 from splatq.shared.engine.keys import STREAMS, KeySchema, StreamName, replay_key
 from splatq.shared.engine.scripts import Arg, Script, ScriptCall, ScriptRunner, new_request_id
+from splatq.shared.engine.stages import FIRST_STAGE, PipelineStage, next_stage
 from splatq.shared.redis.client import is_transient_reply
 from splatq.shared.settings import Settings
 
@@ -108,6 +111,25 @@ class Finish:
 
 
 @dataclass(frozen=True, slots=True)
+class Advance:
+    """A stage run's request to move its job on to the next stage (see advance.lua)."""
+
+    job_id: str
+    stream: StreamName
+    entry_id: str
+    token: str
+    stage: str
+    next_stage: str
+    record: str  # the finished stage's ledger record (JSON)
+    progress: float
+    event_extra: str
+    fields: Mapping[str, str] | None = None
+    also_event: str = ""
+    also_extra: str = ""
+    request_id: str = field(default_factory=new_request_id)
+
+
+@dataclass(frozen=True, slots=True)
 class DeadLetter:
     """One entry of a partition's job dead-letter stream."""
 
@@ -161,8 +183,19 @@ class WaitingStats:
         return self.waiting + self.in_stream
 
 
-def delayed_member(stream: StreamName, job_id: str) -> str:
+def delayed_member(stream: StreamName, job_id: str, stage: str = "") -> str:
+    """The retry set's member of a job: '<class>|<id>' for the entry stage, and
+    '<stage>:<class>|<id>' for a later pipeline stage (promote_due puts it back there)."""
+    if stage:
+        return f"{stage}:{stream.value}|{job_id}"
     return f"{stream.value}|{job_id}"
+
+
+def parse_delayed_member(member: str) -> tuple[str, StreamName, str]:
+    """(stage, class, job id) of a retry set member; raises ValueError on a foreign one."""
+    lane, _, job_id = member.partition("|")
+    stage, _, name = lane.rpartition(":")
+    return stage, StreamName(name), job_id
 
 
 def _entry_age_s(entry_id: str, now_ms: int) -> float:
@@ -179,6 +212,17 @@ class JobQueue:
         self.scripts = ScriptRunner(redis, settings.script_replay_ttl_ms, settings.job_retention_ms)
         self.group = settings.consumer_group
         self._claim_ttl_ms = settings.idempotency_ttl_s * 1000
+
+        # The pipeline stage whose streams this queue reads; None = a monolithic worker's
+        # queue (the entry streams, whole jobs).
+        self.stage: PipelineStage | None = None
+
+    def for_stage(self, stage: PipelineStage) -> JobQueue:
+        """This queue (same connection and scripts) reading the work streams of `stage`."""
+        other = copy.copy(self)
+        other.keys = self.keys.for_stage(stage.value)
+        other.stage = stage
+        return other
 
     async def setup(self) -> None:
         """Load scripts and create every consumer group (idempotent; safe on every start)."""
@@ -350,7 +394,7 @@ class JobQueue:
                     self.settings.job_retention_ms,
                     self._claim_ttl_ms,
                     tenant,
-                    delayed_member(job.stream, job_id),
+                    delayed_member(job.stream, job_id, self._stage_key_of(job.current_stage)),
                 ],
             )
         )
@@ -399,6 +443,7 @@ class JobQueue:
                         EventType.FAILED.value,
                         max(running, len(entries)),
                         self.settings.dlq_maxlen,
+                        self.stage.value if self.stage is not None else "",
                     ],
                 )
             )
@@ -459,6 +504,9 @@ class JobQueue:
                     self.settings.dlq_maxlen,
                     self.settings.fairness.quantum,
                     self.settings.stream_maxlen,
+                    "0" if self.keys.stage else "1",  # only the entry streams are fed fairly
+                    *self._downstream(partition),
+                    self.stage.value if self.stage is not None else "",
                 ],
                 request_id,
             ),
@@ -468,7 +516,9 @@ class JobQueue:
         taken: list[Taken] = []
         for stream_name, entry_id, outcome, payload in reply:
             stream = StreamName(stream_name)
-            if outcome == "started":
+            if outcome == "held":
+                taken.append(Taken(StreamEntry(partition, stream, "", {}), outcome))
+            elif outcome == "started":
                 job, problem = _parse_job(payload)
                 raw = pairs_to_dict(payload)
                 entry = StreamEntry(
@@ -565,7 +615,7 @@ class JobQueue:
                 f.event_extra,
                 self.settings.job_retention_ms,
                 f.retry_delay_ms,
-                delayed_member(f.stream, f.job_id),
+                delayed_member(f.stream, f.job_id, self.keys.stage),
                 f.claim_status,
                 # Jittered, so the cached results of a burst do not all expire together.
                 int(self._claim_ttl_ms * random.uniform(0.9, 1.0)),
@@ -587,6 +637,61 @@ class JobQueue:
             else:
                 out.append((str(reply[0]), str(reply[1]) if len(reply) > 1 else ""))
         return out
+
+    def _downstream(self, partition: int) -> list[Arg]:
+        """take.lua's backpressure arguments: the next stage's stream key without its class,
+        and how many entries it may hold per class (a monolithic or last stage: none)."""
+        bound = self.settings.stage_buffer
+        after = next_stage(self.stage) if self.stage is not None else None
+        if not bound or after is None:
+            return ["", 0]
+        key = self.keys.stage_stream(partition, after.value, StreamName.INTERACTIVE)
+        return [key[: -len(StreamName.INTERACTIVE.value)], bound]
+
+    @staticmethod
+    def _stage_key_of(current_stage: str) -> str:
+        """The stage part of keys for a job in `current_stage` ('' = the entry streams)."""
+        return "" if current_stage in ("", FIRST_STAGE.value) else current_stage
+
+    async def advance(self, a: Advance) -> tuple[str, str]:
+        """Commit a stage run's success and queue the job on the next stage (advance.lua):
+        ('ok', next entry id) | ('lease_lost', '') | ('cancel_requested', '') |
+        ('illegal', status) | ('transient', why) | ('error', why)."""
+        partition = partition_of(a.job_id)
+        options: dict[str, Any] = {
+            "stage": a.stage,
+            "next": a.next_stage,
+            "record": a.record,
+            "progress": a.progress,
+            "event_id": new_event_id(),
+            "event": EventType.PROGRESS.value,
+            "extra": a.event_extra,
+            "events_maxlen": self.settings.events_maxlen,
+            "stream_maxlen": self.settings.stream_maxlen,
+            "fields": [v for pair in (a.fields or {}).items() for v in pair],
+        }
+        if a.also_event:
+            options["also"] = {
+                "event_id": new_event_id(),
+                "event": a.also_event,
+                "extra": a.also_extra,
+            }
+        call = ScriptCall(
+            Script.ADVANCE,
+            [
+                self.keys.job(a.job_id),
+                self.keys.lease(a.job_id),
+                self.keys.stream(partition, a.stream),
+                self.keys.events(partition),
+                self.keys.stage_stream(partition, a.next_stage, a.stream),
+            ],
+            [a.token, a.entry_id, self.group, a.request_id, orjson.dumps(options).decode()],
+            a.request_id,
+        )
+        reply = (await self.scripts.run_many([call]))[0]
+        if isinstance(reply, Exception):
+            return ("transient" if is_transient_reply(reply) else "error", str(reply))
+        return str(reply[0]), str(reply[1]) if len(reply) > 1 else ""
 
     async def wait_for_new(
         self, partition: int, streams: Sequence[StreamName], consumer: str, block_ms: int
@@ -725,14 +830,14 @@ class JobQueue:
             return 0
         calls = []
         for member in members:
-            stream_name, _, job_id = str(member).partition("|")
+            stage, stream, job_id = parse_delayed_member(str(member))
             calls.append(
                 ScriptCall(
                     Script.PROMOTE,
                     [
                         delayed_key,
                         self.keys.job(job_id),
-                        self.keys.stream(partition, StreamName(stream_name)),
+                        self.keys.stage_stream(partition, stage, stream),
                     ],
                     [member, self.settings.stream_maxlen],
                 )

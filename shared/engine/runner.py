@@ -14,7 +14,7 @@ import structlog
 
 from splatq.shared import tracing
 from splatq.shared.engine.backlog import read_backlog
-from splatq.shared.engine.jobs import JobOutcome
+from splatq.shared.engine.jobs import JobOutcome, StageDone
 from splatq.shared.engine.queue import JobQueue
 from splatq.shared.engine.replicated_queue import open_queue
 from splatq.shared.engine.worker import HandlerFactory, JobContext, JobHandler, Worker
@@ -74,7 +74,7 @@ def traced(handler: JobHandler) -> JobHandler:
     if not tracing.enabled():
         return handler
 
-    async def run(ctx: JobContext) -> JobOutcome:
+    async def run(ctx: JobContext) -> JobOutcome | StageDone:
         job = ctx.job
         attributes: dict[str, tracing.AttributeValue] = {
             "splatq.job_id": job.id,

@@ -61,6 +61,8 @@ class Script(StrEnum):
     RENEW = "renew"
     PROGRESS = "progress"
     FINISH = "finish"
+    ADVANCE = "advance"
+    CLEANUP_DONE = "cleanup_done"
     RECLAIM = "reclaim"
     PROMOTE = "promote"
     CANCEL = "cancel"
@@ -98,12 +100,12 @@ class Script(StrEnum):
 # gate, the fleet clock); a rate limiter (a resend at worst takes one more token: not worth
 # a GET, a SET and a JSON encoding on every submission); or made safe more cheaply on the
 # hot path -- enqueue (a resend finds its own fresh job id and answers 'exists', which
-# JobQueue.enqueue resolves by reading that job), finish (the job hash's `last_commit`
+# JobQueue.enqueue resolves by reading that job), finish and advance (the job hash's `last_commit`
 # field), take (a compact memo of entry ids, not job hashes).
 # Everything else is memoized: a resend must answer what the first execution did.
 _REPLAY_SAFE = frozenset({
     Script.RENEW, Script.PRUNE_CONSUMERS, Script.WH_EP_GATE, Script.ENQUEUE, Script.FINISH,
-    Script.TAKE, Script.FLEET_TICK, Script.RATE_LIMIT,
+    Script.ADVANCE, Script.CLEANUP_DONE, Script.TAKE, Script.FLEET_TICK, Script.RATE_LIMIT,
 })  # fmt: skip
 
 # The memo wrapper: the request's memo key is the last KEYS entry and its TTL the last ARGV

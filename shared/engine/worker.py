@@ -31,19 +31,22 @@ from splatq.shared.engine.entries import UNKNOWN_JOB, entry_problem
 from splatq.shared.engine.errors import (
     CORRUPT_JOB_RECORD,
     INVALID_OUTCOME,
+    TIMEOUT,
     ErrorInfo,
     JobCanceled,
     LeaseLost,
     PermanentError,
+    TransientError,
     classify,
 )
 from splatq.shared.engine.events import EventType
-from splatq.shared.engine.jobs import JobOutcome, JobRecord
+from splatq.shared.engine.jobs import JobOutcome, JobRecord, StageDone
 from splatq.shared.engine.keys import STREAMS, StreamName
-from splatq.shared.engine.queue import RENEW_UNKNOWN, Finish, JobQueue, StreamEntry
+from splatq.shared.engine.queue import RENEW_UNKNOWN, Advance, Finish, JobQueue, StreamEntry
 from splatq.shared.engine.reaper import Reaper
 from splatq.shared.engine.retries import decide_retry
 from splatq.shared.engine.slots import SlotPool
+from splatq.shared.engine.stages import PIPELINE, StageRecord, StageStatus, next_stage
 from splatq.shared.metrics import EngineMetrics
 from splatq.shared.redis.client import error_reply_kind, is_transient_reply
 from splatq.shared.settings import Settings
@@ -68,7 +71,7 @@ class JobHandler(Protocol):
     """What the worker runs for each job. Raise `PermanentError`/`TransientError` (with a
     code) to fail or retry; call `ctx.progress()` at stage boundaries."""
 
-    async def __call__(self, ctx: JobContext) -> JobOutcome: ...
+    async def __call__(self, ctx: JobContext) -> JobOutcome | StageDone: ...
 
 
 class LifecycleHandler(JobHandler, Protocol):
@@ -218,12 +221,21 @@ class Worker:
         metrics: EngineMetrics | None = None,
         consumer: str | None = None,
         rng: random.Random | None = None,
+        sample_queues: bool = True,
     ) -> None:
         self.queue = queue
         self.settings = settings
         self.handler = handler
         self.metrics = metrics
         self.consumer = consumer or new_consumer_name()
+        # One worker per process samples the queue gauges (a staged process runs several).
+        self.sample_queues = sample_queues
+        # The pipeline stage this worker runs (its queue reads that stage's streams); None:
+        # whole jobs. A stage's slots and attempts come from settings.for_stage.
+        self.stage = queue.stage
+        self.stage_timeout_s = (
+            settings.stage_timeout_s.get(self.stage.value, 0) if self.stage is not None else 0
+        )
         self.pool = SlotPool.create(settings.worker_concurrency, settings.interactive_share)
         self.partitions = settings.owned_partitions
         self.reaper = Reaper(
@@ -240,6 +252,8 @@ class Worker:
         self._stopping = asyncio.Event()
         self._releasing = False
         self._rotation = 0
+        # The last take was cut short by the next stage's backpressure bound.
+        self._held = False
         self.log = log.bind(consumer=self.consumer)
         if metrics is not None:
             for s in STREAMS:
@@ -367,6 +381,13 @@ class Worker:
         if consumed or self._stopping.is_set():
             return consumed
         caps = self.pool.capacities()
+        if self._held:
+            # The next stage is full: a blocking read would take past its bound, so look
+            # again shortly (or when a slot frees) instead.
+            self._held = False
+            self._slot_freed.clear()
+            await self._wait_or_stop(self._slot_freed.wait(), timeout_s=IDLE_POLL_S)
+            return 0
         if not all(caps.values()):
             # A stream is saturated and the others have nothing to do. A blocking read on
             # the others would hold us past the saturated stream's next free slot, so wait
@@ -402,7 +423,12 @@ class Worker:
             resend_for_s=RESEND_WINDOW_S,
             running=len(self._running),
         )
+        held = 0
         for t in taken:
+            if t.outcome == "held":
+                self._held = True
+                held += 1
+                continue
             if self.metrics is not None:
                 self.metrics.deliveries.labels(t.entry.stream.value, t.outcome).inc()
             if t.outcome == "started" and t.job is not None:
@@ -419,7 +445,7 @@ class Worker:
                 self._count_corrupt(t.entry, t.detail)
             else:
                 self.log.info("entry.not_started", entry_id=t.entry.entry_id, outcome=t.outcome)
-        return len(taken)
+        return len(taken) - held
 
     async def _start(self, entries: list[StreamEntry]) -> int:
         """Lease and start delivered entries; malformed ones go to the dead-letter stream."""
@@ -574,7 +600,7 @@ class Worker:
         outcome_label = "lease_lost"
         try:
             try:
-                outcome = await self.handler(ctx)
+                outcome = await self._call_handler(ctx)
             except JobCanceled:
                 finish, outcome_label = self._finish(ctx, "canceled"), "canceled"
             except LeaseLost:
@@ -590,7 +616,10 @@ class Worker:
             except Exception as exc:
                 finish, outcome_label = self._failure(ctx, classify(exc), exc)
             else:
-                finish, outcome_label = self._success(ctx, outcome)
+                if isinstance(outcome, StageDone):
+                    finish, outcome_label = await self._advance(ctx, outcome, running)
+                else:
+                    finish, outcome_label = self._success(ctx, outcome)
             if ctx.lease_lost:
                 finish, outcome_label = None, "lease_lost"
             if finish is not None:
@@ -609,7 +638,7 @@ class Worker:
                     status=status,
                     duration_ms=round((time.monotonic() - running.started_at) * 1000),
                 )
-            else:
+            elif outcome_label == "lease_lost":
                 ctx.log.warning("job.abandoned", reason="lease_lost")
         finally:
             # A run removes only its own entry: a newer run of the same job may be there.
@@ -619,14 +648,103 @@ class Worker:
             if ctx.has_threads:
                 await asyncio.shield(ctx.threads_done())
             self._release_slot(ctx.stream)
-            if self.metrics is not None:
-                self.metrics.jobs.labels(ctx.stream.value, outcome_label).inc()
-                self.metrics.job_duration.labels(ctx.stream.value, outcome_label).observe(
-                    time.monotonic() - running.started_at
-                )
-                self.metrics.observe_finished(
-                    ctx.job, outcome_label, time.monotonic() - running.started_at
-                )
+            self._count_run(running, outcome_label)
+
+    def _count_run(self, running: _Running, outcome_label: str) -> None:
+        if self.metrics is None:
+            return
+        ctx, elapsed = running.ctx, time.monotonic() - running.started_at
+        self.metrics.jobs.labels(ctx.stream.value, outcome_label).inc()
+        self.metrics.job_duration.labels(ctx.stream.value, outcome_label).observe(elapsed)
+        self.metrics.observe_finished(ctx.job, outcome_label, elapsed)
+        if self.stage is not None:
+            labels = (self.stage.value, ctx.stream.value, outcome_label)
+            self.metrics.stage_runs.labels(*labels).inc()
+            self.metrics.stage_duration.labels(*labels).observe(elapsed)
+
+    async def _call_handler(self, ctx: JobContext) -> JobOutcome | StageDone:
+        """The handler's run, bounded by its stage's timeout (a retryable TIMEOUT)."""
+        if not self.stage_timeout_s:
+            return await self.handler(ctx)
+        try:
+            async with asyncio.timeout(self.stage_timeout_s):
+                return await self.handler(ctx)
+        except TimeoutError:
+            stage = self.stage.value if self.stage is not None else "job"
+            raise TransientError(
+                f"the {stage} stage ran past its {self.stage_timeout_s} s timeout",
+                code=TIMEOUT,
+            ) from None
+
+    async def _advance(
+        self, ctx: JobContext, done: StageDone, running: _Running
+    ) -> tuple[Finish | None, str]:
+        """Commit a stage's success: its ledger record, and the job queued on the next stage
+        (advance.lua), resent until the answer is definite like a finish. Returns a finish
+        still to commit (a cancel that arrived meanwhile) and the outcome label."""
+        stage = self.stage
+        after = next_stage(stage) if stage is not None else None
+        if stage is None or after is None:
+            exc = PermanentError(
+                f"a StageDone from the {stage or 'whole-job'} handler, which has no next stage"
+            )
+            return self._failure(ctx, ErrorInfo(INVALID_OUTCOME, exc.message, False), exc)
+        now_ms = int(time.time() * 1000)
+        record = StageRecord(
+            status=StageStatus.SUCCEEDED,
+            attempts=ctx.attempt,
+            started_at_ms=ctx.job.started_at_ms,
+            finished_at_ms=now_ms,
+            digest=done.digest,
+            outputs=done.outputs,
+            skipped=done.skipped,
+            work_ms=done.work_ms,
+            facts=done.facts,
+        )
+        position = PIPELINE.index(stage) + 1
+        request = Advance(
+            job_id=ctx.job.id,
+            stream=ctx.stream,
+            entry_id=ctx.entry.entry_id,
+            token=ctx.token,
+            stage=stage.value,
+            next_stage=after.value,
+            record=record.to_json(),
+            progress=round(position / len(PIPELINE), 4),
+            event_extra=events.stage_fields(
+                position / len(PIPELINE), stage.value, StageStatus.SUCCEEDED.value, after.value
+            ),
+            also_event=done.also_event,
+            also_extra=done.also_extra,
+        )
+        running.committing = True
+        delay = 0.05
+        while True:
+            try:
+                result, detail = await self.queue.advance(request)
+            except REDIS_ERRORS as exc:
+                result, detail = "retry", str(exc)
+            if result not in ("retry", "transient"):
+                break
+            self.log.warning("advance.resend", error=detail[:300])
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 2.0)
+        if result == "ok":
+            ctx.log.info(
+                "stage.advanced",
+                stage=stage.value,
+                next_stage=after.value,
+                skipped=done.skipped,
+                duration_ms=round((time.monotonic() - running.started_at) * 1000),
+            )
+            return None, "advanced"
+        if result == "cancel_requested":
+            return self._finish(ctx, "canceled"), "canceled"
+        if result == "lease_lost":
+            ctx.lease_lost = True
+            return None, "lease_lost"
+        ctx.log.error("stage.advance_refused", stage=stage.value, result=result, detail=detail)
+        return None, "error"
 
     def _finish(self, ctx: JobContext, target: str, **kw: Any) -> Finish:
         return Finish(
@@ -834,8 +952,10 @@ class Worker:
                 for p in self.partitions:
                     await self.queue.promote_due(p)
                 now = time.monotonic()
-                if self.metrics is not None and now >= next_sample:
-                    await self.metrics.sample_queues(self.queue, self.partitions)
+                if self.metrics is not None and self.sample_queues and now >= next_sample:
+                    await self.metrics.sample_queues(
+                        self.queue, self.partitions, staged=self.stage is not None
+                    )
                     next_sample = now + 5
                 if now >= next_prune:
                     for p in self.partitions:

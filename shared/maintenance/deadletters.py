@@ -21,6 +21,7 @@ from splatq.shared.engine.ids import is_job_id, new_event_id, partition_of
 from splatq.shared.engine.keys import StreamName
 from splatq.shared.engine.queue import DeadLetter, JobQueue
 from splatq.shared.engine.scripts import Arg, Script, ScriptCall
+from splatq.shared.engine.stages import PipelineStage, cleared_ledger_fields, stages_from
 from splatq.shared.maintenance.audit import AUDIT_TTL_MS, AuditRecord
 from splatq.shared.maintenance.keys import DeadLetterKind, MaintenanceKeys
 from splatq.shared.maintenance.policy import LetterView
@@ -148,9 +149,17 @@ class DeadLetterBook:
     # -- actions ---------------------------------------------------------------------------
 
     def redrive_call(
-        self, s: Subject, record: AuditRecord, hint: Mapping[str, str] | None = None
+        self,
+        s: Subject,
+        record: AuditRecord,
+        hint: Mapping[str, str] | None = None,
+        from_stage: PipelineStage | None = None,
     ) -> ScriptCall:
-        """The script call that redrives one entry and records it (see redrive_many)."""
+        """The script call that redrives one entry and records it (see redrive_many). A job
+        goes back to the entry streams: in the staged pipeline each stage whose ledger holds
+        a success for the same inputs skips its work, so the job resumes where it failed;
+        `from_stage` clears the records of that stage and every later one, so they run
+        again."""
         p = s.letter.partition
         if s.kind is DeadLetterKind.WEBHOOKS:
             f = s.letter.fields
@@ -177,6 +186,8 @@ class DeadLetterBook:
         hint_pairs: list[str] = []
         for name, value in (hint or {}).items():
             hint_pairs += [f"hint_{name}", value]
+        if from_stage is not None:
+            hint_pairs += cleared_ledger_fields(stages_from(from_stage))
         args: list[Arg] = [
             s.letter.entry_id,
             self.queue.settings.stream_maxlen,

@@ -272,3 +272,14 @@ def artifact_key(job_id: str, filename: str, run: str = "") -> str:
     if run:
         return f"{artifact_prefix(job_id)}/{run}/{filename}"
     return f"{artifact_prefix(job_id)}/{filename}"
+
+
+def intermediate_prefix(job_id: str) -> str:
+    """Where a staged job's intermediates live (the cleanup stage deletes the folder)."""
+    return f"intermediates/{job_id}"
+
+
+def intermediate_key(job_id: str, stage: str, digest: str, name: str) -> str:
+    """One stage output, content-addressed by the digest of the stage's inputs: a retried
+    stage finds what an earlier run of it finished writing, and reuses it."""
+    return f"{intermediate_prefix(job_id)}/{stage}/{digest[:32]}/{name}"

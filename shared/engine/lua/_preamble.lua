@@ -301,6 +301,18 @@ local function fair_release_of(job_key)
   if f[1] and f[2] and f[4] then fair_release(job_key, f[2], f[3] or '', f[4], f[1]) end
 end
 
+-- A staged job (one with a `current_stage`) that ends completed or canceled leaves an entry
+-- for the `cleanup` stage, in the same step as its terminal commit: its intermediates are
+-- deleted by a cleanup worker (shared/engine/keys.py `cleanup_stream`; same {pN} tag).
+-- Failed and dead-lettered jobs keep theirs for a redrive from a stage, until retention.
+local CLEANUP_MAXLEN = 100000
+
+local function stage_cleanup(job_key, job_id, stream_name, current_stage)
+  if not current_stage or current_stage == '' or not job_id or not stream_name then return end
+  redis.call('XADD', key_tag(job_key) .. ':stream:cleanup:' .. stream_name, 'MAXLEN', '~',
+    CLEANUP_MAXLEN, '*', 'job', job_id)
+end
+
 -- A tenant's backlog in one stream of a partition: a sorted set of its unfinished job ids
 -- (queued, processing or retrying), scored by enqueue time. enqueue.lua counts it against
 -- the tenant's share; every exit to a terminal status removes the job (ZREM: a repeat is
@@ -363,7 +375,7 @@ local function record_problem(status, attempts, deliveries)
   return nil
 end
 
--- Start one delivered entry: fence it with a lease, move the job to processing, count the
+-- Start one delivered entry (of pipeline stage `pipeline_stage`, '' for a whole job): fence it with a lease, move the job to processing, count the
 -- delivery and the attempt, append the `started` event. Shared by start.lua (keys declared
 -- by the caller) and take.lua (keys derived from the entry under the same {pN} tag).
 -- The lease token is written to the job hash too (`lease_token`): that field, not the lease
@@ -374,12 +386,12 @@ end
 local function start_entry(job_key, lease_key, events_key, stream_key, claim_key, group,
                            entry_id, token, ttl_ms, consumer, event_id, events_maxlen,
                            started_name, claim_ttl_ms, failed_name, outage_mark, co_running,
-                           dlq_maxlen)
+                           dlq_maxlen, pipeline_stage)
   if redis.call('EXISTS', job_key) == 0 then
     return {'unknown'}
   end
   local st = redis.call('HMGET', job_key, 'status', 'entry_id', 'attempts', 'deliveries', 'id',
-    'tenant', 'metadata', 'trace_id')
+    'tenant', 'metadata', 'trace_id', 'progress')
   local status, entry = st[1], st[2]
   if status == 'completed' or status == 'failed' or status == 'canceled' then
     -- a duplicate delivery of a finished (or canceled-while-queued) job: drop the entry
@@ -410,10 +422,21 @@ local function start_entry(job_key, lease_key, events_key, stream_key, claim_key
     'lease_token', token, 'attempts', attempt, 'deliveries', (tonumber(st[4]) or 0) + 1,
     'outage_mark', outage_mark or fleet_outage(key_tag(job_key) .. ':fleet'),
     'co_running', co_running or 1)
+  if pipeline_stage and pipeline_stage ~= '' then
+    -- a staged worker's start: the job is in this stage (advance.lua moves it on)
+    redis.call('HSET', job_key, 'current_stage', pipeline_stage)
+  end
   if claim_key then
     set_claim(claim_key, st[5], 'PROCESSING', claim_ttl_ms)
   end
-  emit(events_key, events_maxlen, job_key, event_id, started_name, '"attempt":' .. attempt,
+  local event_name, extra = started_name, '"attempt":' .. attempt
+  if pipeline_stage and pipeline_stage ~= '' and pipeline_stage ~= 'ingest' then
+    -- a later stage's start is progress of the job (it `started` once, in the first stage)
+    event_name = string.gsub(started_name, '%.started$', '.progress')
+    extra = '"progress":' .. (tonumber(st[9]) or 0) .. ',"stage":"' .. pipeline_stage
+      .. '","stage_status":"running",' .. extra
+  end
+  emit(events_key, events_maxlen, job_key, event_id, event_name, extra,
     {st[5], st[6], st[7], st[8]}, now)
   local out = redis.call('HGETALL', job_key)
   table.insert(out, 1, 'started')

@@ -5,7 +5,7 @@
 -- ARGV: 1 event_id, 2 events_maxlen, 3 canceled event name, 4 retention_ms, 5 claim_ttl_ms,
 --       6 tenant ('' = any tenant), 7 delayed member
 -- Returns {'not_found'} | {'already_finished', status} | {'cancel_requested'} | {'canceled'}
-local st = redis.call('HMGET', KEYS[1], 'status', 'tenant', 'id')
+local st = redis.call('HMGET', KEYS[1], 'status', 'tenant', 'id', 'stream', 'current_stage')
 local status, tenant, job_id = st[1], st[2], st[3]
 if not status or (ARGV[6] ~= '' and tenant ~= ARGV[6]) then
   return {'not_found'}
@@ -24,6 +24,7 @@ redis.call('ZREM', KEYS[2], ARGV[7])
 redis.call('PEXPIRE', KEYS[1], ARGV[4])
 backlog_done(KEYS[1])
 fair_release_of(KEYS[1])
+stage_cleanup(KEYS[1], job_id, st[4], st[5])
 if KEYS[4] then set_claim(KEYS[4], job_id, 'FAILED', ARGV[5]) end
 emit(KEYS[3], ARGV[2], KEYS[1], ARGV[1], ARGV[3], '')
 return {'canceled'}

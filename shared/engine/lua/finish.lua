@@ -13,13 +13,15 @@
 --       19 dead-letter reason ('' = none: a `failed` job whose error a redrive policy may
 --       act on, e.g. CUDA_OUT_OF_MEMORY, is also dead-lettered under that reason),
 --       20 dlq_maxlen, 21.. field/value pairs
+-- A staged job's completed or canceled exit also queues its cleanup (stage_cleanup).
 -- Returns {'ok', status} | {'already', status} | {'lease_lost'} | {'illegal', status}
 -- Safe to resend (a lost reply): the job hash keeps `last_commit` = '<request id> <status>'
 -- of its last commit, written with the status itself, so a resend of that very call answers
 -- what it answered the first time -- for as long as the job exists, at no extra command.
 local target = ARGV[4]
 local st = redis.call('HMGET', KEYS[1], 'status', 'cancel_requested', 'id', 'last_commit',
-  'tenant', 'stream', 'lease_token', 'metadata', 'trace_id', 'backlog_counted', 'fq')
+  'tenant', 'stream', 'lease_token', 'metadata', 'trace_id', 'backlog_counted', 'fq',
+  'current_stage')
 local status, cancel, job_id = st[1], st[2], st[3]
 if not status then
   return {'illegal', 'missing'}
@@ -81,6 +83,9 @@ if terminal then
   redis.call('PEXPIRE', KEYS[1], ARGV[9])
   if st[10] == '1' then backlog_done(KEYS[1], job_id, st[5], st[6]) end
   fair_release(KEYS[1], job_id, st[5] or '', st[6], st[11])
+  if target ~= 'failed' then
+    stage_cleanup(KEYS[1], job_id, st[6], st[12])
+  end
 elseif target == 'retrying' then
   redis.call('ZADD', KEYS[5], now + tonumber(ARGV[10]), ARGV[11])
 elseif target == 'queued' then

@@ -10,14 +10,24 @@
 --       7 token nonce, 8 events_maxlen, 9 started event name, 10 claim_ttl_ms, 11 key tag
 --       ('splatq:{p0}'), 12 event id base, 13 job format version, 14 failed event name,
 --       15 replay memo TTL ms, 16 jobs already running on this worker, 17 dlq_maxlen,
---       18 fair-scheduling quantum (the largest job cost), 19 stream_maxlen
+--       18 fair-scheduling quantum (the largest job cost), 19 stream_maxlen,
+--       20 '1' feed from the tenants' fair queues (the entry stage) | '0' (a later pipeline
+--       stage: its streams are filled by advance.lua), 21 the next pipeline stage's stream
+--       key without the class ('<tag>:stream:reconstruct:') or '' (none), 22 how many
+--       entries that stream may hold per class before this stage stops taking (0 = no bound),
+--       23 the pipeline stage this worker runs ('' = whole jobs): written to the job as
+--       `current_stage` when it starts
 -- Before each read, as many jobs as it asks for are moved from the tenants' fair queues
 -- into the stream (fair_feed), so what it reads next is in fair order; after the reads, one
 -- more is made ready when work still waits (fair_keep_one_ready).
+-- Backpressure between pipeline stages: a stage takes no more of a class than the next
+-- stage's stream of that class has room for, so work waits in the tenants' fair queues (in
+-- fair order) rather than in a long first-come line further down the pipeline.
 -- Returns a list of {stream name, entry id, outcome, payload}: outcome 'started' (payload =
 -- flat job hash), 'raw' (payload = the entry's flat fields; the worker validates and
 -- dead-letters it), 'dead_lettered' (payload = {why}: a corrupt job record, failed and
--- dead-lettered here), or skip/stale/busy (payload empty).
+-- dead-lettered here), or skip/stale/busy (payload empty); and 'held' (entry id '') for a
+-- class whose read the backpressure bound cut short.
 -- Safe to resend (a lost reply): its own compact replay memo (KEYS[4]) records what this call
 -- did -- entry ids and outcomes, not the job hashes -- and a resend rebuilds the same reply,
 -- re-reading each started job (still processing under the token handed out).
@@ -45,9 +55,21 @@ end
 -- worker will run at once (`co_running`: a worker death is charged 1/k to each of them).
 local read = {}
 
+local fair = ARGV[20] ~= '0'
+local downstream, bound = ARGV[21] or '', tonumber(ARGV[22] or '0') or 0
+
+local held = {}
+
 local function take_from(stream_key, stream_name, n)
+  if bound > 0 and downstream ~= '' and n > 0 then
+    local room = bound - redis.call('XLEN', downstream .. stream_name)
+    if room < n then
+      held[stream_name] = true
+      n = room
+    end
+  end
   if n <= 0 then return 0 end
-  fair_feed(tag, stream_name, stream_key, n, tonumber(ARGV[18]), ARGV[19])
+  if fair then fair_feed(tag, stream_name, stream_key, n, tonumber(ARGV[18]), ARGV[19]) end
   local reply = redis.call('XREADGROUP', 'GROUP', group, consumer, 'COUNT', n,
     'STREAMS', stream_key, '>')
   if not reply then return 0 end
@@ -66,8 +88,10 @@ if idle > 0 then
   take_from(KEYS[2], 'synthesis', idle)
 end
 
-fair_keep_one_ready(tag, 'interactive', KEYS[1], group, tonumber(ARGV[18]), ARGV[19])
-fair_keep_one_ready(tag, 'synthesis', KEYS[2], group, tonumber(ARGV[18]), ARGV[19])
+if fair then
+  fair_keep_one_ready(tag, 'interactive', KEYS[1], group, tonumber(ARGV[18]), ARGV[19])
+  fair_keep_one_ready(tag, 'synthesis', KEYS[2], group, tonumber(ARGV[18]), ARGV[19])
+end
 
 local co_running = tonumber(ARGV[16]) + #read
 for _, r in ipairs(read) do
@@ -83,7 +107,7 @@ for _, r in ipairs(read) do
     started = start_entry(tag .. ':job:' .. job, tag .. ':lease:' .. job, KEYS[3],
       stream_key, claim, group, entry_id, ARGV[7] .. entry_id, ARGV[6], consumer,
       ARGV[12] .. seq, ARGV[8], ARGV[9], ARGV[10], ARGV[14], outage_mark, co_running,
-      ARGV[17])
+      ARGV[17], ARGV[23])
   end
   if started == nil or started[1] == 'unknown' then
     out[#out + 1] = {stream_name, entry_id, 'raw', fields}
@@ -97,6 +121,11 @@ for _, r in ipairs(read) do
       memo[#memo + 1] = out[#out]
     end
   end
+end
+-- Classes the backpressure bound cut short: the worker polls for room instead of blocking
+-- on the stream (a blocking read would take past the bound). Not memoized: a resend may omit them.
+for _, name in ipairs({'interactive', 'synthesis'}) do
+  if held[name] then out[#out + 1] = {name, '', 'held', {}} end
 end
 if #memo > 0 then
   redis.call('SET', KEYS[4], cjson.encode(memo), 'PX', ARGV[15])

@@ -1,0 +1,94 @@
+"""The 3DGS job through the staged pipeline on CPU: real Redis, one worker per stage, the
+builtin model, local storage. The staged result is the whole-job result, stage by stage."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+from prometheus_client import CollectorRegistry
+from redis.asyncio import Redis
+
+from splatq.services.gpu_worker.metrics import GpuMetrics
+from splatq.services.gpu_worker.model import load_model
+from splatq.services.gpu_worker.stages import StageHandlers
+from splatq.shared.engine.ids import partition_of
+from splatq.shared.engine.queue import JobQueue
+from splatq.shared.engine.stages import PIPELINE, PipelineStage, StageStatus
+from splatq.shared.settings import Settings
+from splatq.shared.storage.store import ARTIFACT_FILES, LocalFileStorage, artifact_key
+from tests.conftest import StagesFactory, WorkerFactory, wait_for_status, wait_until
+from tests.gpu_worker.conftest import sample_png, stored_spec
+
+
+@pytest.fixture
+async def stage_handlers(
+    settings: Settings, storage: LocalFileStorage
+) -> AsyncIterator[StageHandlers]:
+    h = StageHandlers(
+        settings.with_overrides(device="cpu"),
+        load_model("builtin"),
+        storage,
+        GpuMetrics.create(CollectorRegistry()),
+    )
+    await h.startup(tuple(PipelineStage))
+    yield h
+    await h.shutdown()
+
+
+async def _artifacts(storage: LocalFileStorage, queue: JobQueue, job_id: str) -> dict[str, bytes]:
+    job = await queue.get(job_id)
+    assert job is not None and job.artifact_run
+    return {
+        n: await storage.get_bytes(artifact_key(job_id, f, job.artifact_run))
+        for n, f in ARTIFACT_FILES.items()
+    }
+
+
+async def test_a_staged_job_passes_every_stage_and_equals_the_whole_job_result(
+    queue: JobQueue,
+    redis: Redis,
+    settings: Settings,
+    storage: LocalFileStorage,
+    stage_handlers: StageHandlers,
+    start_stages: StagesFactory,
+    start_worker: WorkerFactory,
+    gpu_handler_factory: Any,
+) -> None:
+    data = sample_png(3)
+    staged = await queue.enqueue(await stored_spec(storage, data))
+    await start_stages(stage_handlers, "all")
+    job = await wait_for_status(queue, staged.job_id, {"completed", "failed"}, timeout_s=60)
+    assert job.status.value == "completed", job.error
+    assert job.current_stage == "publish"
+    for stage in PIPELINE[:-1]:
+        record = job.ledger[stage]
+        assert record.status is StageStatus.SUCCEEDED
+        assert record.attempts == 1 and not record.skipped and record.digest
+    assert all(stage_handlers.store.work_done[s] == 1 for s in PIPELINE)
+    staged_files = await _artifacts(storage, queue, staged.job_id)
+
+    # cleanup deletes the intermediates and records itself in the ledger
+    async def cleaned() -> bool:
+        j = await queue.get(staged.job_id)
+        return j is not None and PipelineStage.CLEANUP in j.ledger
+
+    await wait_until(cleaned, timeout_s=10)
+    assert not list(storage.path_of(f"intermediates/{staged.job_id}").rglob("*.pt"))
+
+    # the same input as a whole job (a monolithic worker) gives the same bytes
+    whole = await queue.enqueue(await stored_spec(storage, data))
+    await start_worker(await gpu_handler_factory(settings))
+    await wait_for_status(queue, whole.job_id, {"completed"}, timeout_s=60)
+    assert await _artifacts(storage, queue, whole.job_id) == staged_files
+
+    # stage progress went out through the outbox, in order
+    entries = await redis.xrange(queue.keys.events(partition_of(staged.job_id)))
+    progress = [
+        (f["type"], f["payload"]) for _, f in entries if f.get("job_id") == staged.job_id
+    ]
+    names = [t.rsplit(".", 1)[1] for t, _ in progress]
+    assert names[0] == "queued" and names[1] == "started" and names[-1] == "completed"
+    assert sum('"stage_status":"succeeded"' in p for _, p in progress) == 4
+    assert sum('"stage_status":"running"' in p for _, p in progress) == 4
