@@ -273,9 +273,10 @@ class Settings:
     # The staged pipeline (docs/architecture.md#staged-pipeline). `stages`: what
     # `splatq worker` runs (SPLATQ_STAGES / --stages; empty = whole jobs in one handler).
     # Per stage: slots (else worker_concurrency), attempts (else max_attempts) and a timeout
-    # per run in seconds (0 = none). `stage_buffer`: how many entries of a class the next
-    # stage's stream of a partition may hold before a stage stops taking work (backpressure:
-    # work waits in the fair queues, in fair order, rather than in a line further down).
+    # per run in seconds (0 = none). `stage_buffer`: per class and partition, how many jobs
+    # may be running in a stage plus waiting (undelivered) for the next one before the stage
+    # stops taking work (backpressure: work waits in the fair queues, in fair order, rather
+    # than in a first-come line further down the pipeline). Keep it above a stage's slots.
     stages: tuple[str, ...] = ()
     # The stage handlers factory 'package.module:factory' ('' = the 3DGS stages).
     stage_handlers: str = ""

@@ -135,6 +135,9 @@ class JobRecord:
     current_stage: str = ""
     ledger: Mapping[PipelineStage, StageRecord] = field(default_factory=dict)
     redrives: int = 0
+    # Stages a redrive asked to run again (`rerun.<stage>` = a nonce that enters the stage's
+    # input digest, so neither its ledger record nor its stored outputs are reused).
+    reruns: Mapping[str, str] = field(default_factory=dict)
 
     @classmethod
     def from_hash(cls, raw: Mapping[str, str]) -> JobRecord:
@@ -182,6 +185,7 @@ class JobRecord:
             current_stage=raw.get("current_stage", ""),
             ledger=ledger_of(raw),
             redrives=_int(raw, "redrives"),
+            reruns={k[6:]: v for k, v in raw.items() if k.startswith("rerun.") and v},
         )
 
 

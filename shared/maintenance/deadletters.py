@@ -187,7 +187,11 @@ class DeadLetterBook:
         for name, value in (hint or {}).items():
             hint_pairs += [f"hint_{name}", value]
         if from_stage is not None:
+            # The records of that stage and later ones go, and the stage's input digest gets
+            # a fresh nonce: it runs again even where its outputs are stored (a bad output,
+            # say), and so does every later stage (their inputs' digests change with it).
             hint_pairs += cleared_ledger_fields(stages_from(from_stage))
+            hint_pairs += [f"rerun.{from_stage.value}", new_event_id()]
         args: list[Arg] = [
             s.letter.entry_id,
             self.queue.settings.stream_maxlen,

@@ -19,7 +19,7 @@ import structlog
 
 from splatq.shared.engine.errors import PermanentError
 from splatq.shared.engine.jobs import JobRecord, StageDone
-from splatq.shared.engine.stages import PipelineStage, StageRecord, StageStatus
+from splatq.shared.engine.stages import PipelineStage, StageRecord, StageStatus, stage_digest
 from splatq.shared.storage.store import Storage, intermediate_key, intermediate_prefix
 
 log = structlog.get_logger("splatq.intermediates")
@@ -51,6 +51,10 @@ class IntermediateStore:
         names: tuple[str, ...],
         work: StageWork,
     ) -> StageDone:
+        rerun = job.reruns.get(stage.value)
+        if rerun:
+            # a redrive from this stage (or an earlier one) asked for a fresh run
+            digest = stage_digest(digest, "rerun", rerun)
         done = job.ledger.get(stage)
         if (
             done is not None

@@ -39,7 +39,8 @@ async def stage_handlers(
 
 async def _artifacts(storage: LocalFileStorage, queue: JobQueue, job_id: str) -> dict[str, bytes]:
     job = await queue.get(job_id)
-    assert job is not None and job.artifact_run
+    assert job is not None
+    assert job.artifact_run
     return {
         n: await storage.get_bytes(artifact_key(job_id, f, job.artifact_run))
         for n, f in ARTIFACT_FILES.items()
@@ -65,7 +66,9 @@ async def test_a_staged_job_passes_every_stage_and_equals_the_whole_job_result(
     for stage in PIPELINE[:-1]:
         record = job.ledger[stage]
         assert record.status is StageStatus.SUCCEEDED
-        assert record.attempts == 1 and not record.skipped and record.digest
+        assert record.attempts == 1
+        assert not record.skipped
+        assert record.digest
     assert all(stage_handlers.store.work_done[s] == 1 for s in PIPELINE)
     staged_files = await _artifacts(storage, queue, staged.job_id)
 
@@ -85,10 +88,10 @@ async def test_a_staged_job_passes_every_stage_and_equals_the_whole_job_result(
 
     # stage progress went out through the outbox, in order
     entries = await redis.xrange(queue.keys.events(partition_of(staged.job_id)))
-    progress = [
-        (f["type"], f["payload"]) for _, f in entries if f.get("job_id") == staged.job_id
-    ]
+    progress = [(f["type"], f["payload"]) for _, f in entries if f.get("job_id") == staged.job_id]
     names = [t.rsplit(".", 1)[1] for t, _ in progress]
-    assert names[0] == "queued" and names[1] == "started" and names[-1] == "completed"
+    assert names[0] == "queued"
+    assert names[1] == "started"
+    assert names[-1] == "completed"
     assert sum('"stage_status":"succeeded"' in p for _, p in progress) == 4
     assert sum('"stage_status":"running"' in p for _, p in progress) == 4

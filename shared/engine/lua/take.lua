@@ -13,8 +13,9 @@
 --       18 fair-scheduling quantum (the largest job cost), 19 stream_maxlen,
 --       20 '1' feed from the tenants' fair queues (the entry stage) | '0' (a later pipeline
 --       stage: its streams are filled by advance.lua), 21 the next pipeline stage's stream
---       key without the class ('<tag>:stream:reconstruct:') or '' (none), 22 how many
---       entries that stream may hold per class before this stage stops taking (0 = no bound),
+--       key without the class ('<tag>:stream:reconstruct:') or '' (none), 22 the bound per
+--       class on this stage's running entries plus those waiting (undelivered) in the next
+--       stage's stream, past which this stage takes no more (0 = no bound),
 --       23 the pipeline stage this worker runs ('' = whole jobs): written to the job as
 --       `current_stage` when it starts
 -- Before each read, as many jobs as it asks for are moved from the tenants' fair queues
@@ -58,14 +59,30 @@ local read = {}
 local fair = ARGV[20] ~= '0'
 local downstream, bound = ARGV[21] or '', tonumber(ARGV[22] or '0') or 0
 
-local held = {}
+local held, room = {}, {}
+
+local function pending_count(key)
+  local p = redis.pcall('XPENDING', key, group)
+  return type(p) == 'table' and tonumber(p[1]) or 0
+end
+
+-- Room of a class: `bound` less the entries waiting (undelivered) in the next stage's stream
+-- and this stage's running ones (they go there next); computed once per call.
+local function room_for(stream_key, stream_name)
+  if room[stream_name] == nil then
+    local next_key = downstream .. stream_name
+    local waiting_next = redis.call('XLEN', next_key) - pending_count(next_key)
+    room[stream_name] = bound - waiting_next - pending_count(stream_key)
+  end
+  return room[stream_name]
+end
 
 local function take_from(stream_key, stream_name, n)
   if bound > 0 and downstream ~= '' and n > 0 then
-    local room = bound - redis.call('XLEN', downstream .. stream_name)
-    if room < n then
+    local r = room_for(stream_key, stream_name)
+    if r < n then
       held[stream_name] = true
-      n = room
+      n = r
     end
   end
   if n <= 0 then return 0 end
@@ -74,6 +91,7 @@ local function take_from(stream_key, stream_name, n)
     'STREAMS', stream_key, '>')
   if not reply then return 0 end
   local entries = reply[1][2]
+  if room[stream_name] ~= nil then room[stream_name] = room[stream_name] - #entries end
   for _, e in ipairs(entries) do
     read[#read + 1] = {stream_key, stream_name, e[1], e[2]}
   end

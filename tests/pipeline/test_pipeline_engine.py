@@ -1,0 +1,307 @@
+"""The staged pipeline's engine on real Redis with small stage handlers (tests/stage_handlers):
+advance, the ledger, content-addressed reuse, redrive from a stage, cancel between stages,
+backpressure between stages, the class guarantee inside a stage, and the fence."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from redis.asyncio import Redis
+
+from splatq.shared.engine.ids import partition_of
+from splatq.shared.engine.jobs import JobSpec
+from splatq.shared.engine.keys import StreamName
+from splatq.shared.engine.queue import Advance, JobQueue
+from splatq.shared.engine.scripts import Script
+from splatq.shared.engine.stages import PIPELINE, PipelineStage, StageStatus
+from splatq.shared.maintenance.audit import AuditAction, AuditRecord
+from splatq.shared.maintenance.deadletters import DeadLetterBook
+from splatq.shared.maintenance.keys import DeadLetterKind
+from splatq.shared.settings import Settings
+from splatq.shared.storage.store import LocalFileStorage
+from tests.conftest import StagesFactory, wait_for_status, wait_until
+from tests.fault_fixtures import proxied, proxy, sha  # noqa: F401 - fixtures
+from tests.faultproxy import FaultProxy
+from tests.stage_handlers import ToyStages, expected_result, work_key
+
+
+@pytest.fixture
+def toy(storage: LocalFileStorage) -> ToyStages:
+    return ToyStages(storage)
+
+
+def staged_spec(quality: str = "preview", **metadata: object) -> JobSpec:
+    return JobSpec(tenant="acme", quality=quality, metadata=metadata)
+
+
+async def works(redis: Redis, job_id: str) -> dict[str, int]:
+    """How many times each stage's work really ran for the job."""
+    out = {}
+    for stage in PIPELINE:
+        raw = await redis.get(work_key(job_id, stage.value))
+        out[stage.value] = int(raw or 0)
+    return out
+
+
+async def test_every_stage_runs_once_in_order_and_publish_completes(
+    queue: JobQueue, redis: Redis, toy: ToyStages, start_stages: StagesFactory
+) -> None:
+    job_id = (await queue.enqueue(staged_spec())).job_id
+    await start_stages(toy, "all")
+    job = await wait_for_status(queue, job_id, {"completed", "failed"})
+    assert job.status.value == "completed", job.error
+    assert job.artifacts == {"result": expected_result(job_id)}
+    assert await works(redis, job_id) == dict.fromkeys((s.value for s in PIPELINE), 1)
+    for stage in PIPELINE[:-1]:
+        assert job.ledger[stage].status is StageStatus.SUCCEEDED
+        assert job.ledger[stage].attempts == 1
+    # The entry streams and every stage stream are empty again (acked entries are deleted).
+    for stage in PIPELINE:
+        for s in StreamName:
+            assert await redis.xlen(queue.for_stage(stage).keys.stream(0, s)) == 0
+
+    async def cleaned() -> bool:
+        j = await queue.get(job_id)
+        return j is not None and PipelineStage.CLEANUP in j.ledger
+
+    await wait_until(cleaned)
+    assert await toy.store.delete_job(job_id) == 0  # nothing left to delete
+
+
+async def test_a_failure_after_the_work_reuses_its_outputs_on_retry(
+    queue: JobQueue, redis: Redis, toy: ToyStages, start_stages: StagesFactory
+) -> None:
+    """export wrote its outputs, then failed before its commit: the retried export reuses
+    them (no second work), and reconstruct -- already committed -- never runs again."""
+    job_id = (await queue.enqueue(staged_spec(fail_after_work={"export": "FLAKY"}))).job_id
+    await start_stages(toy, "all")
+    job = await wait_for_status(queue, job_id, {"completed", "failed"})
+    assert job.status.value == "completed", job.error
+    assert job.artifacts == {"result": expected_result(job_id)}
+    assert job.ledger[PipelineStage.EXPORT].attempts == 2
+    assert job.ledger[PipelineStage.EXPORT].skipped  # the second run found the outputs
+    assert await works(redis, job_id) == dict.fromkeys((s.value for s in PIPELINE), 1)
+
+
+async def _dead_letter_of(book: DeadLetterBook, job_id: str) -> object:
+    letters = [x for x in await book.page(DeadLetterKind.JOBS, 0, "", 100) if x.job_id == job_id]
+    assert len(letters) == 1
+    return letters[0]
+
+
+async def _redrive(
+    queue: JobQueue, job_id: str, from_stage: PipelineStage | None = None
+) -> tuple[str, str]:
+    book = DeadLetterBook(queue)
+    letter = await _dead_letter_of(book, job_id)
+    [subject] = await book.subjects(DeadLetterKind.JOBS, [letter])  # type: ignore[list-item]
+    record = AuditRecord(AuditAction.REDRIVEN, "test", "jobs", "person:test", "")
+    call = book.redrive_call(subject, record, from_stage=from_stage)
+    [outcome] = await book.redrive_many([(subject, call)])
+    return outcome
+
+
+async def test_a_redrive_resumes_at_the_failed_stage_and_from_stage_runs_again(
+    queue: JobQueue,
+    redis: Redis,
+    settings: Settings,
+    toy: ToyStages,
+    start_stages: StagesFactory,
+) -> None:
+    await start_stages(toy, "all", dead_letter_codes=frozenset({"RENDER_BROKE", "PUBLISH_BROKE"}))
+    q = JobQueue(redis, settings.with_overrides(dead_letter_codes=frozenset({"RENDER_BROKE"})))
+    job_id = (await q.enqueue(staged_spec(fail={"render": "RENDER_BROKE"}))).job_id
+    job = await wait_for_status(q, job_id, {"failed"})
+    assert job.current_stage == "render"
+    assert job.stage == "dead_lettered"
+    assert set(job.ledger) == {
+        PipelineStage.INGEST,
+        PipelineStage.RECONSTRUCT,
+        PipelineStage.EXPORT,
+    }
+    before = await works(redis, job_id)
+    assert before == {"ingest": 1, "reconstruct": 1, "export": 1, "render": 0, "publish": 0}
+
+    # default: resume -- the stages that succeeded are skipped by their ledger records
+    assert (await _redrive(q, job_id))[0] == "redriven"
+    job = await wait_for_status(q, job_id, {"completed", "failed"})
+    assert job.status.value == "completed", job.error
+    assert job.artifacts == {"result": expected_result(job_id)}
+    after = await works(redis, job_id)
+    assert after == {"ingest": 1, "reconstruct": 1, "export": 1, "render": 1, "publish": 1}
+    assert job.ledger[PipelineStage.INGEST].skipped
+
+    # --from-stage reconstruct: reconstruct and every later stage run again
+    other = (
+        await q.enqueue(staged_spec(fail={"publish": "RENDER_BROKE"}))
+    ).job_id  # dead-lettered at publish
+    await wait_for_status(q, other, {"failed"})
+    assert (await _redrive(q, other, PipelineStage.RECONSTRUCT))[0] == "redriven"
+    job = await wait_for_status(q, other, {"completed", "failed"})
+    assert job.status.value == "completed", job.error
+    assert await works(redis, other) == {
+        "ingest": 1,
+        "reconstruct": 2,
+        "export": 2,
+        "render": 2,
+        "publish": 1,  # the failed publish raised before its work
+    }
+
+
+async def test_a_cancel_between_stages_ends_the_job_and_cleans_its_intermediates(
+    queue: JobQueue, redis: Redis, toy: ToyStages, start_stages: StagesFactory
+) -> None:
+    """The job waits on the reconstruct stream (no reconstruct worker yet): a cancel ends it
+    at once, its later stage entry is dropped, and its intermediates are cleaned up."""
+    await start_stages(toy, "ingest,cleanup")
+    job_id = (await queue.enqueue(staged_spec())).job_id
+
+    async def in_reconstruct() -> bool:
+        job = await queue.get(job_id)
+        return job is not None and job.current_stage == "reconstruct"
+
+    await wait_until(in_reconstruct)
+    assert await toy.store.all_exist(
+        (await queue.get(job_id)).ledger[PipelineStage.INGEST].outputs.values()  # type: ignore[union-attr]
+    )
+    assert await queue.cancel(job_id) == "canceled"
+
+    async def cleaned() -> bool:
+        j = await queue.get(job_id)
+        return j is not None and PipelineStage.CLEANUP in j.ledger
+
+    await wait_until(cleaned)
+    assert await toy.store.delete_job(job_id) == 0
+    await start_stages(toy, "reconstruct,export,render,publish")
+    stream = queue.for_stage(PipelineStage.RECONSTRUCT).keys.stream(0, StreamName.INTERACTIVE)
+
+    async def dropped() -> bool:
+        return int(await redis.xlen(stream)) == 0
+
+    await wait_until(dropped)
+    job = await queue.get(job_id)
+    assert job is not None
+    assert job.status.value == "canceled"
+    assert await works(redis, job_id) == {
+        "ingest": 1,
+        "reconstruct": 0,
+        "export": 0,
+        "render": 0,
+        "publish": 0,
+    }
+
+
+async def test_backpressure_keeps_work_in_the_fair_queues_while_the_next_stage_is_full(
+    queue: JobQueue, redis: Redis, toy: ToyStages, start_stages: StagesFactory
+) -> None:
+    """With room for 2 entries per class in the reconstruct stream and no reconstruct worker,
+    ingest moves 2 jobs on and leaves the rest waiting in fair order; once reconstruct runs,
+    everything completes."""
+    ids = [(await queue.enqueue(staged_spec(n=i))).job_id for i in range(6)]
+    await start_stages(toy, "ingest", stage_buffer=2)
+    recon = queue.for_stage(PipelineStage.RECONSTRUCT).keys.stream(0, StreamName.INTERACTIVE)
+
+    async def two_moved() -> bool:
+        return int(await redis.xlen(recon)) == 2
+
+    await wait_until(two_moved)
+    await asyncio.sleep(0.5)  # several more fetch rounds of the ingest worker
+    assert await redis.xlen(recon) == 2
+    waiting = await queue.waiting(0, StreamName.INTERACTIVE)
+    assert waiting.waiting + waiting.in_stream == 4
+    await start_stages(toy, "reconstruct,export,render,publish", stage_buffer=2)
+    for job_id in ids:
+        job = await wait_for_status(queue, job_id, {"completed", "failed"})
+        assert job.status.value == "completed", job.error
+
+
+async def test_a_preview_job_does_not_wait_behind_a_synthesis_flood_inside_a_stage(
+    queue: JobQueue, redis: Redis, toy: ToyStages, start_stages: StagesFactory
+) -> None:
+    """A slow reconstruct stage saturated by full jobs still starts a preview job at once:
+    every stage has its own interactive stream and reserved slots."""
+    slow = {"reconstruct": 1.0}
+    full = [(await queue.enqueue(staged_spec("full", slow=slow))).job_id for _ in range(6)]
+    await start_stages(toy, "all", worker_concurrency=3, interactive_share=0.34)
+
+    async def flood_running() -> bool:
+        jobs = [await queue.get(j) for j in full]
+        return sum(j is not None and j.current_stage == "reconstruct" for j in jobs) >= 2
+
+    await wait_until(flood_running)
+    preview = (await queue.enqueue(staged_spec())).job_id
+    job = await wait_for_status(queue, preview, {"completed"}, timeout_s=10)
+    full_done = [await queue.get(j) for j in full]
+    assert sum(j is not None and j.status.value == "completed" for j in full_done) < len(full)
+    assert job.ledger[PipelineStage.RECONSTRUCT].status is StageStatus.SUCCEEDED
+
+
+async def test_an_advance_is_fenced_and_safe_to_resend(queue: JobQueue, redis: Redis) -> None:
+    """A run that does not hold the job advances nothing; the holder's advance moves the job
+    once, and a resend of that very call (a lost reply) answers ok without a second entry."""
+    job_id = (await queue.enqueue(staged_spec())).job_id
+    ingest = queue.for_stage(PipelineStage.INGEST)
+    [taken] = await ingest.take(0, {StreamName.INTERACTIVE: 1}, 0, "c1")
+    assert taken.job is not None
+    assert taken.job.current_stage == "ingest"
+
+    def advance(token: str, request_id: str = "") -> Advance:
+        kw = {"request_id": request_id} if request_id else {}
+        return Advance(
+            job_id=job_id,
+            stream=StreamName.INTERACTIVE,
+            entry_id=taken.entry.entry_id,
+            token=token,
+            stage="ingest",
+            next_stage="reconstruct",
+            record='{"status":"succeeded","attempts":1}',
+            progress=0.2,
+            event_extra='"stage":"ingest"',
+            **kw,
+        )
+
+    assert await ingest.advance(advance("not-the-token")) == ("lease_lost", "")
+    good = advance(taken.token, request_id="req-1")
+    status, entry = await ingest.advance(good)
+    assert status == "ok"
+    assert entry
+    assert await ingest.advance(good) == ("ok", entry)
+    recon = queue.for_stage(PipelineStage.RECONSTRUCT).keys.stream(0, StreamName.INTERACTIVE)
+    assert await redis.xlen(recon) == 1
+    job = await queue.get(job_id)
+    assert job is not None
+    assert (job.status.value, job.current_stage, job.attempts) == ("queued", "reconstruct", 0)
+    assert job.ledger[PipelineStage.INGEST].status is StageStatus.SUCCEEDED
+    # the lease is gone and the ingest entry acked and deleted
+    assert await redis.exists(queue.keys.lease(job_id)) == 0
+    assert await redis.xlen(queue.keys.stream(partition_of(job_id), StreamName.INTERACTIVE)) == 0
+
+
+async def test_an_advance_whose_reply_is_lost_moves_the_job_once(
+    proxied: JobQueue,  # noqa: F811
+    proxy: FaultProxy,  # noqa: F811
+    redis: Redis,
+    toy: ToyStages,
+    settings: Settings,
+) -> None:
+    """Through the fault proxy: the advance ran but its reply was lost; the worker resends
+    the same call and the job reaches the next stage once, then completes."""
+    from splatq.shared.engine.worker import Worker  # noqa: PLC0415
+
+    job_id = (await proxied.enqueue(staged_spec())).job_id
+    proxy.lose_reply_after(sha(proxied, Script.ADVANCE))
+    stages = [
+        Worker(proxied.for_stage(s), settings.for_stage(s.value), toy.handler(s)) for s in PIPELINE
+    ]
+    tasks = [asyncio.create_task(w.run()) for w in stages]
+    try:
+        job = await wait_for_status(proxied, job_id, {"completed", "failed"}, timeout_s=20)
+    finally:
+        for w in stages:
+            w.stop()
+        await asyncio.gather(*tasks, return_exceptions=True)
+    assert proxy.lost_replies == 1
+    assert job.status.value == "completed", job.error
+    assert await works(redis, job_id) == dict.fromkeys((s.value for s in PIPELINE), 1)
+    assert all(job.ledger[s].attempts == 1 for s in PIPELINE[:-1])
