@@ -1,0 +1,151 @@
+"""The staged pipeline under SIGKILL, with real processes (`splatq worker --stages ...`): a
+kill at every stage boundary loses nothing and repeats no committed stage's work."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+from redis.asyncio import Redis
+
+from splatq.shared.engine.jobs import JobSpec
+from splatq.shared.engine.queue import JobQueue
+from splatq.shared.engine.stages import PIPELINE, PipelineStage, StageStatus
+from splatq.shared.redis.server import RedisServer
+from tests.conftest import job_events, wait_for_status, wait_until
+from tests.stage_handlers import expected_result, work_key
+
+pytestmark = pytest.mark.slow
+
+HANDLERS = "tests.stage_handlers:make"
+
+
+async def _works(redis: Redis, job_id: str) -> dict[str, int]:
+    return {s.value: int(await redis.get(work_key(job_id, s.value)) or 0) for s in PIPELINE}
+
+
+async def test_a_sigkill_at_every_stage_boundary_loses_nothing_and_repeats_no_committed_stage(
+    queue: JobQueue,
+    redis: Redis,
+    redis_server: RedisServer,
+    tmp_path: Path,
+) -> None:
+    """One job is told to SIGKILL its worker right after each stage's work wrote its outputs
+    (before that stage's commit): five kills, each followed by a fresh worker process. The job
+    completes once, every stage's work before publish ran exactly once (a re-run reuses the
+    stored outputs, and a committed stage is never run again), and `completed` is emitted
+    once."""
+    import tests.system.conftest as sysconf  # noqa: PLC0415
+
+    procs = sysconf._Processes(tmp_path)
+    env = sysconf.worker_env(
+        redis_server.url,
+        SPLATQ_STORAGE_URL=f"file://{tmp_path / 'objects'}",
+        SPLATQ_STAGES="all",
+        SPLATQ_STAGE_HANDLERS=HANDLERS,
+    )
+    job_id = (
+        await queue.enqueue(
+            JobSpec(
+                tenant="acme",
+                quality="preview",
+                metadata={"kill_after_work": [s.value for s in PIPELINE]},
+            )
+        )
+    ).job_id
+    try:
+        kills = 0
+        proc = procs.start(["worker"], env)
+        for _ in range(len(PIPELINE) + 1):
+            job = await queue.get(job_id)
+            if job is not None and job.status.value == "completed":
+                break
+
+            async def died_or_done(p: subprocess.Popen[bytes] = proc) -> bool:
+                j = await queue.get(job_id)
+                return p.poll() is not None or (j is not None and j.status.value == "completed")
+
+            await wait_until(died_or_done, timeout_s=30)
+            if proc.poll() is not None:
+                assert proc.returncode == -9, proc.returncode
+                kills += 1
+                proc = procs.start(["worker"], env)
+        job = await wait_for_status(queue, job_id, {"completed", "failed"}, timeout_s=30)
+    finally:
+        procs.kill_all()
+    assert kills == len(PIPELINE)
+    assert job.status.value == "completed", job.error
+    assert job.artifacts == {"result": expected_result(job_id)}
+    # publish copies into a folder of its own run and commits: the killed run committed
+    # nothing, so its work ran again; every stage before it ran its work once
+    assert await _works(redis, job_id) == {
+        "ingest": 1,
+        "reconstruct": 1,
+        "export": 1,
+        "render": 1,
+        "publish": 2,
+    }
+    for stage in PIPELINE[:-1]:
+        record = job.ledger[stage]
+        assert record.status is StageStatus.SUCCEEDED
+        assert record.skipped  # the run after the kill found the outputs and reused them
+    types = await job_events(redis, queue, job_id)
+    assert types.count("3d_reconstruction.completed") == 1
+    assert types.count("3d_reconstruction.started") == 2  # ingest's two runs
+
+
+async def test_gpu_and_cpu_pods_share_the_work_and_a_killed_gpu_pod_is_replaced(
+    queue: JobQueue,
+    redis: Redis,
+    redis_server: RedisServer,
+    tmp_path: Path,
+) -> None:
+    """The deployment's shape: one process runs reconstruct (the GPU pod), another the rest
+    (the CPU pod). The reconstruct process is SIGKILLed mid-stage; its replacement takes the
+    stage over after the lease, and no other stage runs twice."""
+    import tests.system.conftest as sysconf  # noqa: PLC0415
+
+    procs = sysconf._Processes(tmp_path)
+    base = {
+        "SPLATQ_STORAGE_URL": f"file://{tmp_path / 'objects'}",
+        "SPLATQ_STAGE_HANDLERS": HANDLERS,
+    }
+    gpu_env = sysconf.worker_env(redis_server.url, SPLATQ_STAGES="reconstruct", **base)
+    cpu_env = sysconf.worker_env(
+        redis_server.url, SPLATQ_STAGES="ingest,export,render,publish,cleanup", **base
+    )
+    ids = [
+        (
+            await queue.enqueue(
+                JobSpec(tenant="acme", quality="preview", metadata={"slow": {"reconstruct": 1.5}})
+            )
+        ).job_id
+        for _ in range(3)
+    ]
+    try:
+        procs.start(["worker"], cpu_env)
+        gpu = procs.start(["worker"], gpu_env)
+
+        async def reconstructing() -> bool:
+            keys = [work_key(j, PipelineStage.RECONSTRUCT.value) for j in ids]
+            return any(int(v or 0) > 0 for v in await redis.mget(keys))
+
+        await wait_until(reconstructing, timeout_s=30)
+        gpu.kill()
+        gpu.wait(timeout=10)
+        procs.start(["worker"], gpu_env)
+        jobs = [await wait_for_status(queue, j, {"completed", "failed"}, timeout_s=60) for j in ids]
+    finally:
+        procs.kill_all()
+    for job in jobs:
+        assert job.status.value == "completed", job.error
+        assert job.artifacts == {"result": expected_result(job.id)}
+        works = await _works(redis, job.id)
+        assert works["reconstruct"] in (1, 2)  # the killed run's work may not have finished
+        assert {k: v for k, v in works.items() if k != "reconstruct"} == {
+            "ingest": 1,
+            "export": 1,
+            "render": 1,
+            "publish": 1,
+        }
