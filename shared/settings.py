@@ -289,6 +289,12 @@ class Settings:
         }
     )  # fmt: skip
     stage_buffer: int = 32
+    # CPU priority of synthesis work (docs/architecture.md#cpu-priority): a job's blocking work
+    # runs in its class's threads, synthesis ones this much nicer (0 = off; Linux only), so a
+    # preview's CPU work runs first on cores a flood of full jobs also wants. `torch_threads`:
+    # torch's intra-op threads per process (0 = torch's default, one per core).
+    synthesis_nice: int = 19
+    torch_threads: int = 0
     interactive_share: float = 0.7
     fetch_block_ms: int = 1_000
 
@@ -623,6 +629,8 @@ class Settings:
             stage_max_attempts=_stage_map(e, "SPLATQ_STAGE_MAX_ATTEMPTS", d.stage_max_attempts),
             stage_timeout_s=_stage_map(e, "SPLATQ_STAGE_TIMEOUT_S", d.stage_timeout_s, 86_400),
             stage_buffer=_int(e, "SPLATQ_STAGE_BUFFER", d.stage_buffer, 0),
+            synthesis_nice=_int(e, "SPLATQ_SYNTHESIS_NICE", d.synthesis_nice, 0),
+            torch_threads=_int(e, "SPLATQ_TORCH_THREADS", d.torch_threads, 0),
             device_memory_budget_pixels=_int(
                 e, "SPLATQ_DEVICE_MEMORY_BUDGET_PIXELS", d.device_memory_budget_pixels, 0
             ),

@@ -77,7 +77,8 @@ class DeviceScheduler:
 class ChunkSizer:
     """How many synthesis items one device turn may hold: as many as fit in `max_pass_s` by
     the per-item time measured so far (an exponentially weighted mean), at least one, at
-    most `max_items`. 0 s = never split."""
+    most `max_items`; one until a first pass was measured (an unmeasured turn must not hold
+    the device for a whole batch). 0 s = never split."""
 
     max_pass_s: float
     max_items: int
@@ -85,8 +86,10 @@ class ChunkSizer:
     alpha: float = 0.3
 
     def size(self) -> int:
-        if self.max_pass_s <= 0 or self.per_item_s is None or self.per_item_s <= 0:
+        if self.max_pass_s <= 0:
             return self.max_items
+        if self.per_item_s is None or self.per_item_s <= 0:
+            return 1
         return max(1, min(self.max_items, int(self.max_pass_s / self.per_item_s)))
 
     def observe(self, items: int, seconds: float) -> None:

@@ -35,8 +35,10 @@ from splatq.services.gpu_worker.oom import (
     forward_with_oom_split,
     release_device_memory,
 )
+from splatq.shared.engine.cpu_priority import ClassExecutors
 from splatq.shared.engine.errors import PermanentError, SplatqError
 from splatq.shared.engine.jobs import JobOutcome
+from splatq.shared.engine.keys import StreamName
 from splatq.shared.engine.worker import JobContext
 from splatq.shared.images.headers import DecodeLimits
 from splatq.shared.settings import Settings
@@ -52,6 +54,10 @@ log = structlog.get_logger("splatq.gpu_worker")
 QUALITIES = ("preview", "full")
 # Interactive (preview) passes go before synthesis (full) passes on the device.
 PRIORITIES = {"preview": Priority.INTERACTIVE, "full": Priority.SYNTHESIS}
+PASS_STREAMS = {
+    Priority.INTERACTIVE: StreamName.INTERACTIVE,
+    Priority.SYNTHESIS: StreamName.SYNTHESIS,
+}
 
 
 class InputMissing(PermanentError):
@@ -112,6 +118,11 @@ class GpuJobHandler:
             settings.device_max_pass_ms / 1000, settings.batch_max_size
         )
         self._cuda_streams: dict[Priority, Any] = {}
+        # Forward passes run in their class's threads: on a CPU device the synthesis ones at
+        # a lower OS priority (shared/engine/cpu_priority.py), like the CUDA stream priority.
+        self.executors = ClassExecutors(settings.synthesis_nice, 2, "splatq-pass")
+        if settings.torch_threads:
+            torch.set_num_threads(settings.torch_threads)
         # Tests inject a failure at the publish step here (see artifacts.publish).
         self.before_commit: BeforeCommit | None = None
         self.batchers: dict[str, DynamicBatcher[_Item, Gaussians]] = {
@@ -144,6 +155,7 @@ class GpuJobHandler:
     async def shutdown(self) -> None:
         for b in self.batchers.values():
             await b.stop()
+        self.executors.shutdown()
         close = getattr(self.storage, "close", None)
         if close is not None:
             await close()
@@ -239,8 +251,11 @@ class GpuJobHandler:
                 chunk = items[done : done + size]
                 async with self.device_scheduler.turn(priority):
                     started = time.monotonic()
+                    pool = self.executors.for_stream(PASS_STREAMS[priority])
                     results.extend(
-                        await asyncio.to_thread(self._infer_blocking, quality, priority, chunk)
+                        await asyncio.get_running_loop().run_in_executor(
+                            pool, self._infer_blocking, quality, priority, chunk
+                        )
                     )
                     elapsed = time.monotonic() - started
                 if priority == Priority.SYNTHESIS:

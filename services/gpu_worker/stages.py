@@ -139,6 +139,7 @@ class StageHandlers:
         if self._device_loaded:
             for b in self.gpu.batchers.values():
                 await b.stop()
+        self.gpu.executors.shutdown()
         close = getattr(self.storage, "close", None)
         if close is not None:
             await close()

@@ -17,6 +17,7 @@ import secrets
 import socket
 import time
 from collections.abc import Awaitable, Callable, Mapping
+from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
@@ -27,6 +28,7 @@ from redis.exceptions import ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from splatq.shared.engine import events
+from splatq.shared.engine.cpu_priority import ClassExecutors
 from splatq.shared.engine.entries import UNKNOWN_JOB, entry_problem
 from splatq.shared.engine.errors import (
     CORRUPT_JOB_RECORD,
@@ -109,6 +111,8 @@ class JobContext:
     _last_event_at: float = 0.0
     _last_stage: str = ""
     _threads: set[asyncio.Future[None]] = field(default_factory=set)
+    # Where run_blocking runs (the class's pool: see cpu_priority); None = asyncio's default.
+    executor: Executor | None = None
 
     @property
     def job_id(self) -> str:
@@ -172,7 +176,9 @@ class JobContext:
             finally:
                 loop.call_soon_threadsafe(_resolve, finished)
 
-        return await asyncio.to_thread(call)
+        if self.executor is None:
+            return await asyncio.to_thread(call)
+        return await loop.run_in_executor(self.executor, call)
 
     @property
     def has_threads(self) -> bool:
@@ -237,6 +243,9 @@ class Worker:
             settings.stage_timeout_s.get(self.stage.value, 0) if self.stage is not None else 0
         )
         self.pool = SlotPool.create(settings.worker_concurrency, settings.interactive_share)
+        self.executors = ClassExecutors(
+            settings.synthesis_nice, max(settings.worker_concurrency, 1), "splatq-job"
+        )
         self.partitions = settings.owned_partitions
         self.reaper = Reaper(
             queue,
@@ -304,6 +313,7 @@ class Worker:
             for task in helpers:
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
+            self.executors.shutdown()
             self.log.info("worker.stopped")
 
     async def _drain(self) -> None:
@@ -570,7 +580,14 @@ class Worker:
             attempt=job.attempts,
             tenant=job.tenant,
         )
-        ctx = JobContext(job=job, entry=entry, token=token, queue=self.queue, log=bound)
+        ctx = JobContext(
+            job=job,
+            entry=entry,
+            token=token,
+            queue=self.queue,
+            log=bound,
+            executor=self.executors.for_stream(entry.stream),
+        )
         running = _Running(ctx)
         older = self._running.get(job.id)
         if older is not None:

@@ -1,0 +1,62 @@
+"""Blocking work per class on a shared CPU: synthesis threads run at a lower OS priority.
+
+Interactive and synthesis jobs already have their own streams and reserved slots (and on a
+GPU, their own device turns and CUDA stream priorities); on the CPU -- decoding, encoding,
+rendering, a CPU-only forward pass -- they would still share the cores evenly, so a flood of
+full jobs would slow every preview down in proportion. Here a job's blocking work runs in a
+thread of its class's pool, and the synthesis pool's threads lower their own scheduling
+priority (Linux: `setpriority` on the thread id, a nice value; anything a thread starts, such
+as a torch intra-op team, inherits it). The kernel then runs interactive work first whenever
+both want a core, and gives synthesis work every core nobody else wants: no starvation, no
+idle cores. Lowering one's own priority needs no privilege.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+import structlog
+
+from splatq.shared.engine.keys import StreamName
+
+log = structlog.get_logger("splatq.cpu_priority")
+
+
+def lower_this_thread(nice: int) -> bool:
+    """Lower the calling thread's priority by `nice` (Linux only); True when it took."""
+    if nice <= 0 or not sys.platform.startswith("linux"):
+        return False
+    try:
+        tid = threading.get_native_id()
+        current = os.getpriority(os.PRIO_PROCESS, tid)
+        os.setpriority(os.PRIO_PROCESS, tid, min(19, current + nice))
+    except OSError as exc:
+        log.warning("cpu_priority.not_lowered", error=str(exc))
+        return False
+    return True
+
+
+class ClassExecutors:
+    """A thread pool per class; the synthesis pool's threads run `synthesis_nice` lower."""
+
+    def __init__(self, synthesis_nice: int, max_workers: int, name: str = "splatq") -> None:
+        self.synthesis_nice = synthesis_nice
+        self._pools = {
+            StreamName.INTERACTIVE: ThreadPoolExecutor(max_workers, f"{name}-interactive"),
+            StreamName.SYNTHESIS: ThreadPoolExecutor(
+                max_workers,
+                f"{name}-synthesis",
+                initializer=lower_this_thread,
+                initargs=(synthesis_nice,),
+            ),
+        }
+
+    def for_stream(self, stream: StreamName) -> ThreadPoolExecutor:
+        return self._pools[stream]
+
+    def shutdown(self) -> None:
+        for pool in self._pools.values():
+            pool.shutdown(wait=False, cancel_futures=True)
