@@ -54,6 +54,7 @@ exit codes:
     + _API_CODES
 )
 JOBS_TABLE = ("ID", "STATUS", "QUALITY", "PROGRESS", "CREATED", "ERROR")
+STAGES_TABLE = ("STAGE", "STATUS", "ATTEMPTS", "ERROR")
 
 _EVENT_NAMES = [e.value for e in EventType]
 
@@ -114,7 +115,10 @@ def add_commands(sub: Any) -> None:
         help="a retry with the same key returns the same job instead of a new one",
     )
     s.add_argument("--no-cache", action="store_true", help="force a fresh computation")
-    for name, what in (("status", "show a job"), ("cancel", "cancel a job")):
+    for name, what in (
+        ("status", "show a job (and, for a staged job, its stages)"),
+        ("cancel", "cancel a job"),
+    ):
         p = sub.add_parser(name, help=what, description=what, epilog=CLIENT_EPILOG,
                            formatter_class=fmt)  # fmt: skip
         p.add_argument("job_id", help="the job's id (job_...)")
@@ -232,7 +236,7 @@ async def _run(args: argparse.Namespace, url: str, key: str) -> int:
     async with SplatqClient(url, key) as client:
         try:
             if args.command == "status":
-                return _report(await client.get(args.job_id), args.json)
+                return _report(await client.get(args.job_id), args.json, stages=True)
             if args.command == "cancel":
                 return _report(await client.cancel(args.job_id), args.json, ok_canceled=True)
             if args.command == "jobs":
@@ -356,14 +360,25 @@ def _table(rows: Sequence[Sequence[str]]) -> str:
     )
 
 
-def _report(job: Job, as_json: bool, ok_canceled: bool = False) -> int:
+def _stage_rows(job: Job) -> list[tuple[str, ...]]:
+    """A staged job's stages, one row each: name, status, attempts (and the error code)."""
+    return [
+        (name, s.status.value, str(s.attempts), s.error.code if s.error is not None else "")
+        for name, s in job.stages.items()
+    ]
+
+
+def _report(job: Job, as_json: bool, ok_canceled: bool = False, stages: bool = False) -> int:
     if as_json:
-        print(orjson.dumps(dict(job.raw)).decode())
+        print(orjson.dumps(dict(job.raw)).decode())  # the whole job: `stages` included
     else:
         line = f"{job.id} {job.status} {job.progress:.0%}"
         if job.error is not None:
             line += f" {job.error.code}: {job.error.message}"
         print(line)
+        if stages and job.stages:
+            table = _table([STAGES_TABLE, *_stage_rows(job)])
+            print("\n".join(f"  {row}" for row in table.splitlines()))
     if job.status == "failed" or (job.status == "canceled" and not ok_canceled):
         return EXIT_JOB_FAILED
     return EXIT_OK

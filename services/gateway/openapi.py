@@ -12,6 +12,14 @@ from __future__ import annotations
 from typing import Any
 
 from splatq.services.gateway import listing
+from splatq.services.gateway.openapi_stages import (
+    JOB_ERROR,
+    JOB_PROPERTIES,
+    JOB_STAGE,
+    PREVIEW_READY_DESCRIPTION,
+    PROGRESS_DESCRIPTION,
+    PROGRESS_STAGE_MEMBERS,
+)
 from splatq.services.gateway.openapi_tenants import SCHEMAS as TENANT_SCHEMAS
 from splatq.services.gateway.openapi_tenants import tenant_paths
 from splatq.services.gateway.submission import MAX_IDEMPOTENCY_KEY, MAX_METADATA_BYTES, QUALITIES
@@ -609,6 +617,7 @@ def _document(server_url: str, max_wait_s: int) -> dict[str, Any]:
                     },
                 },
                 **_event_schemas(),
+                "JobStage": JOB_STAGE,
                 "Job": {
                     "type": "object",
                     "required": [
@@ -619,6 +628,8 @@ def _document(server_url: str, max_wait_s: int) -> dict[str, Any]:
                         "created_at",
                         "attempts",
                         "progress",
+                        "current_stage",
+                        "stages",
                         "cached",
                         "error",
                         "artifacts",
@@ -658,23 +669,11 @@ def _document(server_url: str, max_wait_s: int) -> dict[str, Any]:
                         },
                         "progress": {"type": "number", "minimum": 0, "maximum": 1},
                         "stage": {"type": "string"},
+                        **JOB_PROPERTIES,
                         "cached": {"type": "boolean"},
                         "model": {"type": ["string", "null"]},
                         "compute_time_ms": {"type": ["integer", "null"]},
-                        "error": {
-                            "oneOf": [
-                                {"type": "null"},
-                                {
-                                    "type": "object",
-                                    "required": ["code", "message", "retryable"],
-                                    "properties": {
-                                        "code": {"type": "string"},
-                                        "message": {"type": "string"},
-                                        "retryable": {"type": "boolean"},
-                                    },
-                                },
-                            ]
-                        },
+                        "error": {"oneOf": [{"type": "null"}, JOB_ERROR]},
                         "artifacts": {
                             "oneOf": [
                                 {"type": "null"},
@@ -709,7 +708,22 @@ _JOB_EXAMPLE: dict[str, Any] = {
     "stream": "interactive", "created_at": "2026-12-01T09:30:00.120Z",
     "started_at": "2026-12-01T09:30:00.480Z", "completed_at": "2026-12-01T09:30:03.910Z",
     "attempts": 1, "deliveries": 1, "delivery_charge": 0.0, "progress": 1.0,
-    "stage": "completed", "cached": False, "model": "builtin", "compute_time_ms": 3430,
+    "stage": "completed", "current_stage": "publish",
+    "stages": {
+        stage: {"status": "succeeded" if stage != "cleanup" else "pending",
+                "attempts": 1 if stage != "cleanup" else 0,
+                "started_at": start if stage != "cleanup" else None,
+                "finished_at": end if stage != "cleanup" else None, "error": None}
+        for stage, start, end in (
+            ("ingest", "2026-12-01T09:30:00.480Z", "2026-12-01T09:30:00.610Z"),
+            ("reconstruct", "2026-12-01T09:30:00.640Z", "2026-12-01T09:30:02.950Z"),
+            ("export", "2026-12-01T09:30:02.990Z", "2026-12-01T09:30:03.240Z"),
+            ("render", "2026-12-01T09:30:03.270Z", "2026-12-01T09:30:03.700Z"),
+            ("publish", "2026-12-01T09:30:03.730Z", "2026-12-01T09:30:03.910Z"),
+            ("cleanup", None, None),
+        )
+    },
+    "cached": False, "model": "builtin", "compute_time_ms": 3430,
     "error": None,
     "artifacts": {
         "gaussian_ply": "https://api.example.com/v1/jobs/job_00006H2ZREWFRZ99JDC12Z65BYVF8/"
@@ -774,6 +788,7 @@ _EVENT_DATA: dict[str, dict[str, Any]] = {
     EventType.STARTED.value: {"attempt": {"type": "integer", "minimum": 1}},
     EventType.PROGRESS.value: {"progress": {"type": "number", "minimum": 0, "maximum": 1},
                                "stage": {"type": "string"}},
+    EventType.PREVIEW_READY.value: {"artifacts": _ARTIFACT_URLS},
     EventType.COMPLETED.value: {"model": {"type": "string"},
                                 "compute_time_ms": {"type": "integer"},
                                 "artifacts": _ARTIFACT_URLS},
@@ -781,6 +796,13 @@ _EVENT_DATA: dict[str, dict[str, Any]] = {
                              "retryable": {"type": "boolean"}},
     EventType.CANCELED.value: {},
 }  # fmt: skip
+# Members an event may carry besides its required ones.
+_EVENT_OPTIONAL: dict[str, dict[str, Any]] = {EventType.PROGRESS.value: PROGRESS_STAGE_MEMBERS}
+# What a receiver should know of an event, besides its payload schema.
+_EVENT_NOTES: dict[str, str] = {
+    EventType.PROGRESS.value: PROGRESS_DESCRIPTION,
+    EventType.PREVIEW_READY.value: PREVIEW_READY_DESCRIPTION,
+}
 
 
 def _schema_name(event: str) -> str:
@@ -803,7 +825,7 @@ def _event_schemas() -> dict[str, Any]:
                     "type": "object",
                     "required": ["job_id", "metadata", *extra],
                     "properties": {"job_id": {"type": "string"}, "metadata": {"type": "object"},
-                                   **extra},
+                                   **extra, **_EVENT_OPTIONAL.get(event, {})},
                 },
             },
         }  # fmt: skip
@@ -849,7 +871,8 @@ def _webhooks() -> dict[str, Any]:
                 "operationId": f"on_{event.replace('.', '_')}",
                 "tags": ["Webhook events"],
                 "summary": f"{event}" + (" (terminal: always sent)" if terminal else ""),
-                "description": "Signed per Standard Webhooks with the endpoint's (or, for a "
+                "description": (f"{_EVENT_NOTES[event]} " if event in _EVENT_NOTES else "")
+                + "Signed per Standard Webhooks with the endpoint's (or, for a "
                 "job's webhook_url, the tenant's) secret; the same payload is the SSE "
                 "`data:` of GET /v1/jobs/{id}/events. Answer 2xx within the timeout; other "
                 "answers are retried with backoff, 410 disables an endpoint.",

@@ -10,6 +10,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from splatq.shared.engine.jobs import JobRecord
+from splatq.shared.engine.stages import FIRST_STAGE, StageContext, stage_views
 
 _STREAM_ID_RE = re.compile(r"[0-9]{1,20}-[0-9]{1,20}")
 _U64_MAX = 2**64 - 1
@@ -33,15 +34,47 @@ def rfc3339(ms: int | None) -> str | None:
     )
 
 
+def error_view(job: JobRecord) -> dict[str, Any] | None:
+    """The job's error as the API shows it: only while the job is failed or retrying."""
+    if job.error is None or job.status.value not in {"failed", "retrying"}:
+        return None
+    return {"code": job.error.code, "message": job.error.message, "retryable": job.error.retryable}
+
+
+def started_at_ms(job: JobRecord) -> int | None:
+    """When the job started. A staged job's `started_at_ms` is its current stage's start
+    (each stage's start rewrites it): the job started when its first stage did, which the
+    first stage's ledger record keeps once that stage has succeeded."""
+    first = job.ledger.get(FIRST_STAGE)
+    if first is not None and first.started_at_ms:
+        return first.started_at_ms
+    return job.started_at_ms
+
+
+def stages_view(job: JobRecord, error: dict[str, Any] | None) -> dict[str, dict[str, Any]]:
+    """The contract's `stages` object (`{}` for a job no staged worker has run)."""
+    ctx = StageContext(
+        current_stage=job.current_stage,
+        status=job.status.value,
+        attempts=job.attempts,
+        started_at_ms=job.started_at_ms,
+        completed_at_ms=job.completed_at_ms,
+        error=error,
+        dead_lettered=job.stage == "dead_lettered",
+    )
+    return stage_views(job.ledger, ctx, rfc3339)
+
+
 def job_view(job: JobRecord, base_url: str, cached: bool = False) -> dict[str, Any]:
     url = f"{base_url}/v1/jobs/{job.id}"
+    error = error_view(job)
     return {
         "id": job.id,
         "status": job.status.value,
         "quality": job.quality,
         "stream": job.stream.value,
         "created_at": rfc3339(job.created_at_ms),
-        "started_at": rfc3339(job.started_at_ms),
+        "started_at": rfc3339(started_at_ms(job)),
         "completed_at": rfc3339(job.completed_at_ms),
         "attempts": job.attempts,
         # Times a worker took the job, and the worker deaths charged to it (1/k each when k
@@ -50,14 +83,13 @@ def job_view(job: JobRecord, base_url: str, cached: bool = False) -> dict[str, A
         "delivery_charge": round(job.delivery_charge, 2),
         "progress": round(job.progress, 4),
         "stage": job.stage,
+        # The staged pipeline: the stage the job is in (null: never staged) and every stage.
+        "current_stage": job.current_stage or None,
+        "stages": stages_view(job, error),
         "cached": cached,
         "model": job.model or None,
         "compute_time_ms": job.compute_time_ms,
-        "error": (
-            {"code": job.error.code, "message": job.error.message, "retryable": job.error.retryable}
-            if job.error and job.status.value in {"failed", "retrying"}
-            else None
-        ),
+        "error": error,
         "artifacts": dict(job.artifacts) if job.artifacts and job.status == "completed" else None,
         "metadata": dict(job.metadata),
         "urls": {"get": url, "cancel": f"{url}/cancel", "events": f"{url}/events"},

@@ -9,7 +9,7 @@ talk to a gateway. API errors surface as `ApiProblem` with the contract's stable
 from splatq.shared.client.aio import SplatqClient
 from splatq.shared.client.retry import NO_RETRIES, RetryPolicy, parse_retry_after
 from splatq.shared.client.sync import SyncSplatqClient
-from splatq.shared.client.types import ApiProblem, Event, Job, JobPage
+from splatq.shared.client.types import ApiProblem, Event, Job, JobPage, JobStage
 from splatq.shared.engine.jobs import JobError
 
 __all__ = [
@@ -19,6 +19,7 @@ __all__ = [
     "Job",
     "JobError",
     "JobPage",
+    "JobStage",
     "RetryPolicy",
     "SplatqClient",
     "SyncSplatqClient",

@@ -1,5 +1,5 @@
-"""The client's typed results: `Job` (with the engine's `JobError`), `JobPage`, `Event` and
-`ApiProblem`.
+"""The client's typed results: `Job` (with the engine's `JobError` and its pipeline stages,
+`JobStage`), `JobPage`, `Event` and `ApiProblem`.
 
 Pure: built from the gateway's JSON; the raw document stays on `.raw` for fields this version
 does not know yet.
@@ -14,6 +14,7 @@ from typing import Any
 
 from splatq.shared.engine.events import TERMINAL_EVENTS, EventType
 from splatq.shared.engine.jobs import JobError  # the same {code, message, retryable}
+from splatq.shared.engine.stages import StageStatus
 from splatq.shared.engine.states import TERMINAL, JobStatus
 
 
@@ -27,6 +28,31 @@ class ApiProblem(Exception):
         self.code = code
         self.detail = detail
         self.retry_after = retry_after
+
+
+@dataclass(frozen=True, slots=True)
+class JobStage:
+    """One stage of a staged job (`Job.stages`): pending, running, succeeded, failed or
+    dead_lettered, its attempts, its times and, when it failed (or waits for a retry), why."""
+
+    name: str
+    status: StageStatus
+    attempts: int
+    started_at: datetime | None
+    finished_at: datetime | None
+    error: JobError | None
+
+    @classmethod
+    def from_json(cls, name: str, doc: Mapping[str, Any]) -> JobStage:
+        err = doc.get("error")
+        return cls(
+            name=name,
+            status=StageStatus(doc["status"]),
+            attempts=int(doc.get("attempts") or 0),
+            started_at=_time(doc.get("started_at")),
+            finished_at=_time(doc.get("finished_at")),
+            error=_error(err) if isinstance(err, Mapping) else None,
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,6 +76,10 @@ class Job:
     artifacts: Mapping[str, str]
     metadata: Mapping[str, Any]
     raw: Mapping[str, Any] = field(repr=False, compare=False)
+    # The staged pipeline: the stage the job is in (None: no staged worker has taken it) and
+    # every stage by name, in pipeline order (empty for such a job, or an older gateway).
+    current_stage: str | None = None
+    stages: Mapping[str, JobStage] = field(default_factory=dict)
 
     @property
     def finished(self) -> bool:
@@ -72,18 +102,12 @@ class Job:
             cached=bool(doc.get("cached", False)),
             model=doc.get("model"),
             compute_time_ms=doc.get("compute_time_ms"),
-            error=(
-                JobError(
-                    str(err.get("code", "")),
-                    str(err.get("message", "")),
-                    bool(err.get("retryable", False)),
-                )
-                if isinstance(err, Mapping)
-                else None
-            ),
+            error=_error(err) if isinstance(err, Mapping) else None,
             artifacts=dict(doc.get("artifacts") or {}),
             metadata=dict(doc.get("metadata") or {}),
             raw=doc,
+            current_stage=_str_or_none(doc.get("current_stage")),
+            stages=_stages(doc.get("stages")),
         )
 
 
@@ -134,6 +158,20 @@ def _error(err: Mapping[str, Any]) -> JobError:
     return JobError(
         str(err.get("code", "")), str(err.get("message", "")), bool(err.get("retryable", False))
     )
+
+
+def _str_or_none(value: object) -> str | None:
+    return value if isinstance(value, str) and value else None
+
+
+def _stages(value: object) -> dict[str, JobStage]:
+    if not isinstance(value, Mapping):
+        return {}
+    return {
+        str(name): JobStage.from_json(str(name), doc)
+        for name, doc in value.items()
+        if isinstance(doc, Mapping)
+    }
 
 
 def _time(value: object) -> datetime | None:

@@ -19,7 +19,7 @@ reuses what an earlier run of it finished writing.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
@@ -181,8 +181,9 @@ def cleared_ledger_fields(stages: Iterable[PipelineStage]) -> list[str]:
     return pairs
 
 
-def _iso_ms(ms: int | None) -> float | None:
-    return None if ms is None else ms / 1000
+# Formats a Unix-millisecond time the way the API shows its other times (the gateway passes
+# its own RFC 3339 formatter, so a stage's times read exactly like the job's).
+TimeFormat = Callable[[int | None], str | None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -194,16 +195,27 @@ class StageContext:
     attempts: int
     started_at_ms: int | None
     completed_at_ms: int | None
+    # The job's error as the job view renders it (None unless the job is failed or retrying).
     error: Mapping[str, Any] | None
+    # The job's `stage` is `dead_lettered` (finish.lua with a dead-letter reason, reclaim.lua
+    # past the delivery limit, a corrupt record).
     dead_lettered: bool
 
 
 def stage_views(
-    ledger: Mapping[PipelineStage, StageRecord], ctx: StageContext
+    ledger: Mapping[PipelineStage, StageRecord], ctx: StageContext, time_format: TimeFormat
 ) -> dict[str, dict[str, Any]]:
     """The API's `stages` object (api-contract "v1.1 additions"): every stage by name, with
-    status, attempts, started_at, finished_at (Unix seconds) and error. Empty for a job that
-    never entered the staged pipeline (a monolithic worker ran it whole)."""
+    status, attempts, started_at, finished_at (formatted by `time_format`) and error. Empty
+    for a job that never entered the staged pipeline (a monolithic worker ran it whole, or
+    no staged worker has taken it yet).
+
+    A stage with a ledger record shows the record. The job's current stage, unless its
+    record says it succeeded, shows the job's own run: `running` while the job is processing
+    or retrying (with the error of the failed attempt while retrying), `failed` or
+    `dead_lettered` with the job's error once the job failed there, `succeeded` for publish
+    (which ends with the job's `completed` commit, not with a ledger record). Every other
+    stage is `pending`: not reached yet, or never to run (a canceled or failed job)."""
     if not ctx.current_stage and not ledger:
         return {}
     views: dict[str, dict[str, Any]] = {}
@@ -220,28 +232,30 @@ def stage_views(
             view.update(
                 status=record.status.value,
                 attempts=record.attempts,
-                started_at=_iso_ms(record.started_at_ms),
-                finished_at=_iso_ms(record.finished_at_ms),
+                started_at=time_format(record.started_at_ms),
+                finished_at=time_format(record.finished_at_ms),
             )
         if stage.value == ctx.current_stage and (
             record is None or record.status != StageStatus.SUCCEEDED
         ):
             view["attempts"] = ctx.attempts
+            error = dict(ctx.error) if ctx.error else None
             if ctx.status in {"processing", "retrying"}:
                 view["status"] = StageStatus.RUNNING.value
-                view["started_at"] = _iso_ms(ctx.started_at_ms)
+                view["started_at"] = time_format(ctx.started_at_ms)
+                view["error"] = error if ctx.status == "retrying" else None
             elif ctx.status == "failed":
                 view["status"] = (
                     StageStatus.DEAD_LETTERED.value
                     if ctx.dead_lettered
                     else StageStatus.FAILED.value
                 )
-                view["started_at"] = _iso_ms(ctx.started_at_ms)
-                view["finished_at"] = _iso_ms(ctx.completed_at_ms)
-                view["error"] = dict(ctx.error) if ctx.error else None
+                view["started_at"] = time_format(ctx.started_at_ms)
+                view["finished_at"] = time_format(ctx.completed_at_ms)
+                view["error"] = error
             elif ctx.status == "completed" and stage == PipelineStage.PUBLISH:
                 view["status"] = StageStatus.SUCCEEDED.value
-                view["started_at"] = _iso_ms(ctx.started_at_ms)
-                view["finished_at"] = _iso_ms(ctx.completed_at_ms)
+                view["started_at"] = time_format(ctx.started_at_ms)
+                view["finished_at"] = time_format(ctx.completed_at_ms)
         views[stage.value] = view
     return views
