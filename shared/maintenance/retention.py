@@ -6,7 +6,11 @@ checkpointed batches, unless a job still needs them. Works on any `Storage` that
   `inputs_max_age_s` -- and never younger than `inputs_grace_s` -- and no job record that is
   not completed or canceled names it (a failed job may be redriven and needs its input back);
 - artifacts (`jobs/<job id>/..`): deleted when older than the tenant's artifact age (the job
-  record names the tenant; without a record, the default), never while the job is unfinished.
+  record names the tenant; without a record, the default), never while the job is unfinished;
+- intermediates of the staged pipeline (`intermediates/<job id>/..`): the same rule as
+  artifacts. The cleanup stage deletes a completed or canceled job's at once; a failed or
+  dead-lettered job keeps its own until this age (a redrive resumes from them), and so do
+  those of a job whose cleanup was given up.
 
 Concurrent submissions: the gateway stores an input before it records its job, and never
 deletes one (a refused submission leaves its input: a concurrent twin may need it); storing
@@ -34,18 +38,28 @@ from splatq.shared.storage.store import ObjectInfo, Storage
 log = structlog.get_logger("splatq.retention")
 UNFINISHED = frozenset({"queued", "processing", "retrying"})
 KEEPS_INPUT = UNFINISHED | {"failed"}
-PREFIXES = ("inputs", "jobs")
+PREFIXES = ("inputs", "intermediates", "jobs")  # in key order (the checkpoint resumes by it)
 
 OnDeleted = Callable[[str, int], None]
 
 
 def job_of(key: str) -> str:
-    """For an artifact (`jobs/<job id>/..`), its job id; '' for anything else."""
-    return key.split("/", 2)[1] if key.startswith("jobs/") else ""
+    """For an artifact (`jobs/<job id>/..`) or an intermediate (`intermediates/<job id>/..`),
+    its job id; '' for anything else (an input)."""
+    if key.startswith(("jobs/", "intermediates/")):
+        return key.split("/", 2)[1]
+    return ""
+
+
+def kind_of(key: str) -> str:
+    if key.startswith("jobs/"):
+        return "artifact"
+    return "intermediate" if key.startswith("intermediates/") else "input"
 
 
 async def listing(storage: Storage, after: str) -> AsyncIterator[ObjectInfo]:
-    """Every object under inputs/ then jobs/, resuming after key `after` (a checkpoint)."""
+    """Every object under inputs/, intermediates/ then jobs/, resuming after key `after` (a
+    checkpoint)."""
     top = after.split("/", 1)[0] if after else ""
     for prefix in PREFIXES:
         if top and top > prefix:
@@ -82,7 +96,7 @@ class Retention:
         self._clock = clock
 
     async def run(self, run: TaskRun) -> str:
-        deleted = {"input": 0, "artifact": 0}
+        deleted = {"input": 0, "artifact": 0, "intermediate": 0}
         batch: list[ObjectInfo] = []
         async for obj in listing(self.storage, run.checkpoint):
             batch.append(obj)
@@ -93,7 +107,10 @@ class Retention:
         if batch:
             await self._sweep(batch, deleted)
             await run.save(batch[-1].key)
-        return f"deleted {deleted['input']} inputs, {deleted['artifact']} artifacts"
+        return (
+            f"deleted {deleted['input']} inputs, {deleted['artifact']} artifacts, "
+            f"{deleted['intermediate']} intermediates"
+        )
 
     async def _sweep(self, batch: list[ObjectInfo], deleted: dict[str, int]) -> None:
         now = self._clock()
@@ -102,7 +119,7 @@ class Retention:
             return
         refs = await self.references()  # read after the candidates were listed
         for obj in candidates:
-            kind = "artifact" if job_of(obj.key) else "input"
+            kind = kind_of(obj.key)
             if self._needed(obj, refs, now):
                 continue
             if kind == "input":

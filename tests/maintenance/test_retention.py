@@ -58,11 +58,16 @@ async def test_only_objects_no_job_needs_are_deleted(
     art_running = await _put(storage, f"jobs/{running.job_id}/a1/scene.ply", 40 * DAY)
     art_gone = await _put(storage, "jobs/job_000NOTAJOBANYMORE0000000000/scene.ply", 31 * DAY)
     art_recent = await _put(storage, "jobs/job_000NOTAJOBANYMORE0000000001/scene.ply", 2 * DAY)
+    # staged intermediates: a failed job keeps its own until the artifact age (a redrive
+    # resumes from them); a running job keeps them; an expired job's go
+    mid_failed = await _put(storage, f"intermediates/{failed.job_id}/ingest/ab/image.pt", 2 * DAY)
+    mid_running = await _put(storage, f"intermediates/{running.job_id}/ingest/ab/x", 40 * DAY)
+    mid_gone = await _put(storage, "intermediates/job_000NOTAJOBANYMORE0000000000/e/ab/x", 31 * DAY)
 
     summary = await run_task(retention_scheduler(queue, storage, config))
-    assert summary == "deleted 2 inputs, 2 artifacts"
-    kept = {queued_in, failed_in, fresh_in, art_running, art_recent}
-    gone = {done_in, orphan_in, art_done, art_gone}
+    assert summary == "deleted 2 inputs, 2 artifacts, 1 intermediates"
+    kept = {queued_in, failed_in, fresh_in, art_running, art_recent, mid_failed, mid_running}
+    gone = {done_in, orphan_in, art_done, art_gone, mid_gone}
     assert {k for k in kept | gone if await storage.exists(k)} == kept
 
 
@@ -110,7 +115,7 @@ async def test_an_input_younger_than_the_grace_is_never_deleted(
     in_flight = await _put(storage, input_key("a" * 64, "png"), 590)
     stale = await _put(storage, input_key("b" * 64, "png"), 610)
     assert await run_task(retention_scheduler(queue, storage, config)) == (
-        "deleted 1 inputs, 0 artifacts"
+        "deleted 1 inputs, 0 artifacts, 0 intermediates"
     )
     assert await storage.exists(in_flight)
     assert not await storage.exists(stale)
@@ -145,6 +150,6 @@ async def test_an_old_input_stored_again_after_the_listing_is_kept(
     config = RetentionConfig(inputs_max_age_s=int(DAY))
     summary = await run_task(retention_scheduler(queue, storage, config))
     assert storage.stored_again
-    assert summary == "deleted 0 inputs, 0 artifacts"
+    assert summary == "deleted 0 inputs, 0 artifacts, 0 intermediates"
     assert await storage.exists(key)
     assert time.time() - os.stat(storage.path_of(key)).st_mtime < 60
