@@ -5,10 +5,12 @@ workers; jobs are submitted over HTTP with `Prefer: wait=120`, so a submission's
 preview's end-to-end time (upload, validation, queueing, every stage, the commit).
 
 Modes (each measured in the same run, on the same machine):
-  whole   one `splatq worker` process runs whole jobs (the design before the pipeline)
-  staged  `splatq worker --stages reconstruct` (the GPU pod's role) and
-          `splatq worker --stages ingest,export,render,publish,cleanup` (the CPU pod), each
-          its own process
+  whole        one `splatq worker` process runs whole jobs
+  staged       `splatq worker --stages reconstruct` (the GPU pod's role) and
+               `splatq worker --stages ingest,export,render,publish,cleanup` (the CPU pod),
+               each its own process
+  whole-even, staged-even   the same without CPU priority (SPLATQ_SYNTHESIS_NICE=0, torch's
+               own thread count): every job's CPU work shares the cores evenly, as before
 
 For each mode: the preview end-to-end time unloaded (previews one after another), then under a
 flood of full jobs (`--flood` submitted at once, more topped up as they finish) with a preview
@@ -155,7 +157,12 @@ async def gateway(redis_url: str, tmp: Path) -> AsyncIterator[Client]:
         _stop([proc])
 
 
+EVEN = {"SPLATQ_SYNTHESIS_NICE": "0", "SPLATQ_SYNTHESIS_TORCH_THREADS": "0"}
+
+
 def start_workers(mode: str, redis_url: str, tmp: Path, extra: dict[str, str]) -> list:
+    if mode.endswith("-even"):
+        mode, extra = mode.removesuffix("-even"), {**EVEN, **extra}
     if mode == "whole":
         env = _env(redis_url, tmp, SPLATQ_WORKER_CONCURRENCY="4", **extra)
         return [_spawn(["worker"], env, tmp / "worker-whole.log")]
@@ -298,7 +305,7 @@ async def run(args: argparse.Namespace) -> None:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--modes", default="whole,staged")
+    p.add_argument("--modes", default="whole-even,staged-even,whole,staged")
     p.add_argument("--flood", type=int, default=6, help="full jobs kept in flight")
     p.add_argument("--previews", type=int, default=8, help="previews measured under the flood")
     p.add_argument("--every", type=float, default=3.0, help="seconds between loaded previews")

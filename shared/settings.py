@@ -291,10 +291,13 @@ class Settings:
     stage_buffer: int = 32
     # CPU priority of synthesis work (docs/architecture.md#cpu-priority): a job's blocking work
     # runs in its class's threads, synthesis ones this much nicer (0 = off; Linux only), so a
-    # preview's CPU work runs first on cores a flood of full jobs also wants. `torch_threads`:
-    # torch's intra-op threads per process (0 = torch's default, one per core).
+    # preview's CPU work runs first on cores a flood of full jobs also wants.
+    # `synthesis_torch_threads`: torch's intra-op threads of one synthesis job's work (0 =
+    # torch's default, one per core); 1 keeps it in its niced thread (full jobs run in
+    # parallel across slots instead), while interactive work keeps every core: measured in
+    # docs/benchmarks.md#staged-pipeline.
     synthesis_nice: int = 19
-    torch_threads: int = 0
+    synthesis_torch_threads: int = 1
     interactive_share: float = 0.7
     fetch_block_ms: int = 1_000
 
@@ -630,7 +633,9 @@ class Settings:
             stage_timeout_s=_stage_map(e, "SPLATQ_STAGE_TIMEOUT_S", d.stage_timeout_s, 86_400),
             stage_buffer=_int(e, "SPLATQ_STAGE_BUFFER", d.stage_buffer, 0),
             synthesis_nice=_int(e, "SPLATQ_SYNTHESIS_NICE", d.synthesis_nice, 0),
-            torch_threads=_int(e, "SPLATQ_TORCH_THREADS", d.torch_threads, 0),
+            synthesis_torch_threads=_int(
+                e, "SPLATQ_SYNTHESIS_TORCH_THREADS", d.synthesis_torch_threads, 0
+            ),
             device_memory_budget_pixels=_int(
                 e, "SPLATQ_DEVICE_MEMORY_BUDGET_PIXELS", d.device_memory_budget_pixels, 0
             ),

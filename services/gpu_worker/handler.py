@@ -54,6 +54,8 @@ log = structlog.get_logger("splatq.gpu_worker")
 QUALITIES = ("preview", "full")
 # Interactive (preview) passes go before synthesis (full) passes on the device.
 PRIORITIES = {"preview": Priority.INTERACTIVE, "full": Priority.SYNTHESIS}
+# torch's own intra-op thread count at import (one per core unless OMP_NUM_THREADS says).
+DEFAULT_TORCH_THREADS = torch.get_num_threads()
 PASS_STREAMS = {
     Priority.INTERACTIVE: StreamName.INTERACTIVE,
     Priority.SYNTHESIS: StreamName.SYNTHESIS,
@@ -120,9 +122,9 @@ class GpuJobHandler:
         self._cuda_streams: dict[Priority, Any] = {}
         # Forward passes run in their class's threads: on a CPU device the synthesis ones at
         # a lower OS priority (shared/engine/cpu_priority.py), like the CUDA stream priority.
-        self.executors = ClassExecutors(settings.synthesis_nice, 2, "splatq-pass")
-        if settings.torch_threads:
-            torch.set_num_threads(settings.torch_threads)
+        self.executors = ClassExecutors(
+            settings.synthesis_nice, 2, "splatq-pass", self.thread_setup
+        )
         # Tests inject a failure at the publish step here (see artifacts.publish).
         self.before_commit: BeforeCommit | None = None
         self.batchers: dict[str, DynamicBatcher[_Item, Gaussians]] = {
@@ -134,6 +136,12 @@ class GpuJobHandler:
             )
             for q in QUALITIES
         }
+
+    def thread_setup(self, stream: StreamName) -> None:
+        """Per pool thread: torch's intra-op threads are per thread, so an interactive job's
+        work keeps every core while a synthesis job's stays in its own niced thread."""
+        n = self.settings.synthesis_torch_threads
+        torch.set_num_threads(n if n and stream is StreamName.SYNTHESIS else DEFAULT_TORCH_THREADS)
 
     async def startup(self) -> None:
         await asyncio.to_thread(self.model.load, self.device)

@@ -45,6 +45,7 @@ from splatq.services.gpu_worker.metrics import GpuMetrics
 from splatq.services.gpu_worker.model import ReconstructionModel, load_model
 from splatq.shared.engine.errors import PermanentError
 from splatq.shared.engine.jobs import JobOutcome, StageDone
+from splatq.shared.engine.keys import StreamName
 from splatq.shared.engine.stages import PipelineStage, stage_digest
 from splatq.shared.engine.worker import JobContext, JobHandler
 from splatq.shared.images.headers import DecodeLimits
@@ -128,6 +129,9 @@ class StageHandlers:
 
     def handler(self, stage: PipelineStage) -> JobHandler:
         return self.handlers[stage]
+
+    def thread_setup(self, stream: StreamName) -> None:
+        self.gpu.thread_setup(stream)
 
     async def startup(self, stages: tuple[PipelineStage, ...]) -> None:
         if PipelineStage.RECONSTRUCT in stages:

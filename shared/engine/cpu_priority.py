@@ -16,6 +16,7 @@ from __future__ import annotations
 import os
 import sys
 import threading
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
 import structlog
@@ -39,19 +40,37 @@ def lower_this_thread(nice: int) -> bool:
     return True
 
 
+# Called once in each pool thread with its class (a handler's per-thread setup: e.g. torch's
+# intra-op thread count, which is per thread).
+ThreadSetup = Callable[[StreamName], None]
+
+
+def _start_thread(stream: StreamName, nice: int, setup: ThreadSetup | None) -> None:
+    if stream is StreamName.SYNTHESIS:
+        lower_this_thread(nice)
+    if setup is not None:
+        setup(stream)
+
+
 class ClassExecutors:
     """A thread pool per class; the synthesis pool's threads run `synthesis_nice` lower."""
 
-    def __init__(self, synthesis_nice: int, max_workers: int, name: str = "splatq") -> None:
+    def __init__(
+        self,
+        synthesis_nice: int,
+        max_workers: int,
+        name: str = "splatq",
+        setup: ThreadSetup | None = None,
+    ) -> None:
         self.synthesis_nice = synthesis_nice
         self._pools = {
-            StreamName.INTERACTIVE: ThreadPoolExecutor(max_workers, f"{name}-interactive"),
-            StreamName.SYNTHESIS: ThreadPoolExecutor(
+            s: ThreadPoolExecutor(
                 max_workers,
-                f"{name}-synthesis",
-                initializer=lower_this_thread,
-                initargs=(synthesis_nice,),
-            ),
+                f"{name}-{s.value}",
+                initializer=_start_thread,
+                initargs=(s, synthesis_nice, setup),
+            )
+            for s in StreamName
         }
 
     def for_stream(self, stream: StreamName) -> ThreadPoolExecutor:

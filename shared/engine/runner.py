@@ -48,7 +48,13 @@ async def run_worker(
     register_build_info(service=service)
     redis = connect(settings.redis_url, client_name=f"splatq-{service}")
     queue = open_queue(redis, settings)  # JobQueue, or WAIT after commits (replicated_queue)
-    worker = Worker(queue, settings, traced(handler), metrics)
+    worker = Worker(
+        queue,
+        settings,
+        traced(handler),
+        metrics,
+        thread_setup=getattr(handler, "thread_setup", None),
+    )
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, worker.stop)

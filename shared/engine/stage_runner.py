@@ -69,6 +69,7 @@ async def run_stage_workers(
             traced(handlers.handler(stage)),
             metrics,
             sample_queues=i == 0,
+            thread_setup=getattr(handlers, "thread_setup", None),
         )
         for i, stage in enumerate(s for s in stages if s in PIPELINE)
     ]

@@ -28,7 +28,7 @@ from redis.exceptions import ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from splatq.shared.engine import events
-from splatq.shared.engine.cpu_priority import ClassExecutors
+from splatq.shared.engine.cpu_priority import ClassExecutors, ThreadSetup
 from splatq.shared.engine.entries import UNKNOWN_JOB, entry_problem
 from splatq.shared.engine.errors import (
     CORRUPT_JOB_RECORD,
@@ -228,6 +228,7 @@ class Worker:
         consumer: str | None = None,
         rng: random.Random | None = None,
         sample_queues: bool = True,
+        thread_setup: ThreadSetup | None = None,
     ) -> None:
         self.queue = queue
         self.settings = settings
@@ -243,8 +244,13 @@ class Worker:
             settings.stage_timeout_s.get(self.stage.value, 0) if self.stage is not None else 0
         )
         self.pool = SlotPool.create(settings.worker_concurrency, settings.interactive_share)
+        # run_blocking's threads, per class; `thread_setup` is the handler's per-thread setup
+        # (defaults to its `thread_setup` attribute, if it has one).
         self.executors = ClassExecutors(
-            settings.synthesis_nice, max(settings.worker_concurrency, 1), "splatq-job"
+            settings.synthesis_nice,
+            max(settings.worker_concurrency, 1),
+            "splatq-job",
+            thread_setup or getattr(handler, "thread_setup", None),
         )
         self.partitions = settings.owned_partitions
         self.reaper = Reaper(
