@@ -75,8 +75,9 @@ async def run_worker(
         tracing.shutdown_tracing()
 
 
-def traced(handler: JobHandler) -> JobHandler:
-    """`handler` inside a span per job run when tracing is on; `handler` itself when off."""
+def traced(handler: JobHandler, stage: str = "") -> JobHandler:
+    """`handler` inside a span per job run (`job.run`, or `stage.<name>` for a pipeline
+    stage's run) when tracing is on; `handler` itself when off."""
     if not tracing.enabled():
         return handler
 
@@ -89,7 +90,11 @@ def traced(handler: JobHandler) -> JobHandler:
             "splatq.attempt": ctx.attempt,
             "splatq.quality": job.quality,
         }
-        with tracing.span("job.run", job.trace_id, kind="consumer", attributes=attributes):
+        name = "job.run"
+        if stage:
+            attributes["splatq.stage"] = stage
+            name = f"stage.{stage}"
+        with tracing.span(name, job.trace_id, kind="consumer", attributes=attributes):
             return await handler(ctx)
 
     return run

@@ -66,7 +66,7 @@ async def run_stage_workers(
         Worker(
             queue.for_stage(stage),
             settings.for_stage(stage.value),
-            traced(handlers.handler(stage)),
+            traced(handlers.handler(stage), stage.value),
             metrics,
             sample_queues=i == 0,
             thread_setup=getattr(handlers, "thread_setup", None),

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from redis.asyncio import Redis
 
 from splatq.shared.engine.ids import partition_of
@@ -24,6 +25,7 @@ from tests.conftest import StagesFactory, wait_for_status, wait_until
 from tests.fault_fixtures import proxied, proxy, sha  # noqa: F401 - fixtures
 from tests.faultproxy import FaultProxy
 from tests.stage_handlers import ToyStages, expected_result, work_key
+from tests.tracing_fixtures import spans  # noqa: F401 - the fixture
 
 
 @pytest.fixture
@@ -305,3 +307,34 @@ async def test_an_advance_whose_reply_is_lost_moves_the_job_once(
     assert job.status.value == "completed", job.error
     assert await works(redis, job_id) == dict.fromkeys((s.value for s in PIPELINE), 1)
     assert all(job.ledger[s].attempts == 1 for s in PIPELINE[:-1])
+
+
+async def test_every_stage_run_is_a_span_of_the_jobs_trace(
+    spans: InMemorySpanExporter,  # noqa: F811 - the imported fixture
+    queue: JobQueue,
+    redis: Redis,
+    settings: Settings,
+    toy: ToyStages,
+) -> None:
+    from splatq.shared.engine.runner import traced  # noqa: PLC0415
+    from splatq.shared.engine.worker import Worker  # noqa: PLC0415
+
+    job = await queue.enqueue(staged_spec())
+    workers = [
+        Worker(queue.for_stage(s), settings.for_stage(s.value), traced(toy.handler(s), s.value))
+        for s in PIPELINE
+    ]
+    tasks = [asyncio.create_task(w.run()) for w in workers]
+    try:
+        done = await wait_for_status(queue, job.job_id, {"completed", "failed"})
+    finally:
+        for w in workers:
+            w.stop()
+        await asyncio.gather(*tasks, return_exceptions=True)
+    assert done.status.value == "completed", done.error
+    runs = [s for s in spans.get_finished_spans() if s.name.startswith("stage.")]
+    assert sorted(s.name for s in runs) == sorted(f"stage.{s.value}" for s in PIPELINE)
+    assert {s.context.trace_id for s in runs} == {int(done.trace_id, 16)}
+    assert {s.attributes["splatq.stage"] for s in runs if s.attributes} == {
+        s.value for s in PIPELINE
+    }
