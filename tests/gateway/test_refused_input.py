@@ -100,6 +100,6 @@ async def test_a_refused_twin_leaves_the_input_of_the_accepted_one(
     _age(storage, orphan, 2 * HOUR)
     config = RetentionConfig(inputs_max_age_s=int(HOUR), inputs_grace_s=600)
     summary = await run_task(retention_scheduler(queue, storage, config))
-    assert summary == "deleted 1 inputs, 0 artifacts"
+    assert summary == "deleted 1 inputs, 0 artifacts, 0 intermediates"
     assert await storage.exists(job.input_ref)
     assert not await storage.exists(orphan)

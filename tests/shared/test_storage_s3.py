@@ -419,7 +419,7 @@ async def test_retention_deletes_on_s3_only_what_no_job_needs(
         scheduler = Scheduler(task_store(queue), [task], "test", 5000, 0.05)
         result = await scheduler.run_now("retention")
         assert not isinstance(result, Refusal)
-        assert result.summary == "deleted 3 inputs, 2 artifacts", result.summary
+        assert result.summary == "deleted 3 inputs, 2 artifacts, 0 intermediates", result.summary
         assert [o.key async for o in s3.list_objects("inputs")] == [needed]
         assert [o.key async for o in s3.list_objects("jobs")] == [kept_art]
     finally:

@@ -191,3 +191,46 @@ async def test_webhook_dead_letters_are_listed_redriven_and_purged(
     assert [r["outcome"] for r in orjson.loads(out)] == ["purged"]
     assert await redis.xlen(queue.keys.webhook_dead_letters(0)) == 0
     assert (await redis.hget(queue.keys.webhook_message(0, refused), "status")) == "failed"
+
+
+async def test_redrive_from_stage_runs_that_stage_and_later_ones_again(
+    queue: JobQueue,
+    redis: Redis,
+    redis_server: RedisServer,
+    storage: object,
+    start_stages: object,
+    settings: object,
+) -> None:
+    """A staged job dead-lettered in `render`: `splatq dlq redrive --from-stage export` runs
+    export, render and publish again and skips ingest and reconstruct (their ledger)."""
+    from splatq.shared.engine.jobs import JobSpec  # noqa: PLC0415
+    from splatq.shared.engine.stages import PipelineStage  # noqa: PLC0415
+    from tests.stage_handlers import ToyStages, work_key  # noqa: PLC0415
+
+    toy = ToyStages(storage)  # type: ignore[arg-type]
+    codes = frozenset({"RENDER_BROKE"})
+    await start_stages(toy, "all", dead_letter_codes=codes)  # type: ignore[operator]
+    q = JobQueue(redis, queue.settings.with_overrides(dead_letter_codes=codes))
+    job_id = (
+        await q.enqueue(
+            JobSpec(tenant="acme", quality="preview", metadata={"fail": {"render": "RENDER_BROKE"}})
+        )
+    ).job_id
+    await wait_for_status(q, job_id, {"failed"})
+    code, out, err = await splatq_dlq(redis_server.url, "list", "--json")
+    [letter] = [x for x in orjson.loads(out) if x["job_id"] == job_id]
+    code, out, err = await splatq_dlq(
+        redis_server.url, "redrive", letter["id"], "--from-stage", "export", "--json"
+    )
+    assert code == 0, err
+    assert orjson.loads(out)[0]["outcome"] == "redriven"
+    job = await wait_for_status(q, job_id, {"completed", "failed"})
+    assert job.status.value == "completed", job.error
+    runs = {
+        s.value: int(await redis.get(work_key(job_id, s.value)) or 0)
+        for s in PipelineStage
+        if s is not PipelineStage.CLEANUP
+    }
+    assert runs == {"ingest": 1, "reconstruct": 1, "export": 2, "render": 1, "publish": 1}
+    code, _, err = await splatq_dlq(redis_server.url, "redrive", "--all", "--from-stage", "nope")
+    assert code == 2, err  # argparse refuses an unknown stage
