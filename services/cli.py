@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import sys
+import textwrap
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -18,7 +19,12 @@ from splatq.services.dlq_redriver.parser import add_commands as add_redriver_com
 from splatq.services.health_check import check_gateway, check_redis
 from splatq.services.info_cli import add_command as add_info_command
 from splatq.services.info_cli import run_info_command
-from splatq.services.stack import DEFAULT_REDIS_PORT, METRICS_PORT_OFFSETS, run_stack
+from splatq.services.stack import (
+    DEFAULT_REDIS_PORT,
+    METRICS_PORT_OFFSETS,
+    WORKER_STAGES,
+    run_stack,
+)
 from splatq.services.tenant_cli import COMMANDS as TENANT_COMMANDS
 from splatq.services.tenant_cli import add_commands as add_tenant_commands
 from splatq.services.tenant_cli import run_tenant_command
@@ -32,7 +38,13 @@ EXIT_CONFIG = 78  # EX_CONFIG from sysexits.h
 DEFAULT_HANDLER = "splatq.services.gpu_worker.handler:make"  # image -> 3D Gaussians
 
 _DEFAULTS = Settings()
-_OFFSETS = ", ".join(f"{name} +{offset}" for name, offset in METRICS_PORT_OFFSETS.items())
+_OFFSETS = textwrap.fill(
+    "under `up` a base: "
+    + ", ".join(f"{name} +{offset}" for name, offset in METRICS_PORT_OFFSETS.items()),
+    width=90,
+    initial_indent=" " * 24,
+    subsequent_indent=" " * 24,
+)
 EPILOG = f"""\
 exit codes (every command):
   0   success (a --check: healthy)
@@ -49,7 +61,7 @@ environment (the most used; README lists every SPLATQ_* variable):
   SPLATQ_API_KEYS       the gateway's keys, "tenant:key,..."
   SPLATQ_GATEWAY_PORT   the gateway's port (default {_DEFAULTS.gateway_port})
   SPLATQ_METRICS_PORT   /metrics and /livez of a worker, dispatcher, redriver or settler;
-                        under `up` a base: {_OFFSETS}
+{_OFFSETS}
   SPLATQ_STORAGE_URL    file:///path or s3://bucket/prefix
   SPLATQ_LOG_FORMAT     json | console | auto
 """
@@ -237,8 +249,16 @@ def _stage_worker(
             hint = "; the 3DGS stages need the worker extra: pip install 'splatq[worker]'"
         print(f"splatq worker: cannot load stage handlers {spec!r}: {exc}{hint}", file=sys.stderr)
         return EXIT_CONFIG
-    asyncio.run(run_stage_workers(settings, factory, stages))  # type: ignore[arg-type]
+    service = stage_service(stages)
+    asyncio.run(run_stage_workers(settings, factory, stages, service))  # type: ignore[arg-type]
     return 0
+
+
+def stage_service(stages: tuple[PipelineStage, ...]) -> str:
+    """The service name a staged worker logs under and reports in splatq_build_info: that of
+    its pod kind (`worker-gpu`: the device stages, `worker-cpu`: all the others, as
+    `splatq up` and k8s/base run them), else `worker`."""
+    return next((name for name, kind in WORKER_STAGES.items() if kind == stages), "worker")
 
 
 _COMMANDS: dict[str, Callable[[argparse.Namespace, Settings], int]] = {

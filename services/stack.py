@@ -1,5 +1,7 @@
 """`splatq up`: the local stack -- an embedded redis-server (AOF on, data in ./var/redis)
-unless SPLATQ_REDIS_URL is set, plus one process of each service that exists.
+unless SPLATQ_REDIS_URL is set, plus one process of each service that exists; the job
+pipeline runs staged, as in production: a GPU worker process for the device stages and a CPU
+worker process for the others.
 
 A supervisor only: it starts, watches and stops child processes; it runs no jobs itself.
 """
@@ -10,6 +12,7 @@ import asyncio
 import contextlib
 import secrets
 import signal
+import socket
 import sys
 import time
 from collections.abc import Awaitable, Callable, Mapping
@@ -22,6 +25,7 @@ import structlog
 from redis.asyncio import Redis
 
 from splatq.shared.engine.keys import KeySchema
+from splatq.shared.engine.stages import ALL_STAGES, DEVICE_STAGES, PipelineStage
 from splatq.shared.logs import configure_logging
 from splatq.shared.redis.client import connect
 from splatq.shared.redis.server import RedisServer, RedisServerError, die_with_parent
@@ -37,15 +41,26 @@ READY_TIMEOUT_S = 300.0
 BUNDLED_SAMPLE = Path(str(resources.files("splatq.services.gpu_worker"))) / "samples" / "sample.png"
 
 
+# The two worker processes of the staged pipeline, as the two pod kinds of k8s/base: the GPU
+# worker runs the stages that need the accelerator (CUDA when there is one, else the CPU), the
+# CPU worker every other stage, cleanup included. Each is `splatq worker --stages ...`.
+WORKER_STAGES: Mapping[str, tuple[PipelineStage, ...]] = {
+    "worker-gpu": tuple(s for s in ALL_STAGES if s in DEVICE_STAGES),
+    "worker-cpu": tuple(s for s in ALL_STAGES if s not in DEVICE_STAGES),
+}
+
 # Under `splatq up`, SPLATQ_METRICS_PORT is a base: each service that serves Prometheus on
 # it gets base + its offset, so no two bind one port (the gateway serves /metrics on its own
 # SPLATQ_GATEWAY_PORT). A service run alone (Kubernetes: one per pod) binds the port as given.
+# The GPU worker keeps the single worker's +0 of before the pipeline was staged.
 METRICS_PORT_OFFSETS: Mapping[str, int] = {
-    "worker": 0,
+    "worker-gpu": 0,
     "dispatcher": 1,
     "redriver": 2,
     "settler": 3,
+    "worker-cpu": 4,
 }
+SERVICES = ("gateway", "worker-gpu", "worker-cpu", "dispatcher", "redriver", "settler")
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,15 +70,24 @@ class ServiceSpec:
     env: Mapping[str, str] = field(default_factory=dict)  # on top of the stack's environment
 
 
+def service_argv(name: str) -> tuple[str, ...]:
+    """The `splatq` arguments of one service of the stack."""
+    stages = WORKER_STAGES.get(name)
+    if stages is None:
+        return (name,)
+    return ("worker", "--stages", ",".join(s.value for s in stages))
+
+
 def services_to_run(settings: Settings) -> list[ServiceSpec]:
-    """One process of each service: gateway, worker, webhook dispatcher, DLQ redriver, quota
-    settler."""
+    """One process of each service: gateway, GPU worker, CPU worker, webhook dispatcher, DLQ
+    redriver, quota settler."""
     specs = []
-    for name in ("gateway", "worker", "dispatcher", "redriver", "settler"):
+    for name in SERVICES:
         env = {}
         if settings.metrics_port and name in METRICS_PORT_OFFSETS:
             env["SPLATQ_METRICS_PORT"] = str(settings.metrics_port + METRICS_PORT_OFFSETS[name])
-        specs.append(ServiceSpec(name, (sys.executable, "-m", "splatq.services.cli", name), env))
+        argv = (sys.executable, "-m", "splatq.services.cli", *service_argv(name))
+        specs.append(ServiceSpec(name, argv, env))
     return specs
 
 
@@ -75,7 +99,8 @@ async def run_stack(
 ) -> int:
     """Run until Ctrl-C (or until `then` returns: its exit code ends the stack). Every child,
     the embedded redis-server included, dies with this process even if it is SIGKILLed.
-    "splatq is up" is printed once the gateway is ready and a worker has reached Redis."""
+    "splatq is up" is printed once the gateway is ready and every worker process has reached
+    Redis."""
     configure_logging(settings.log_level, settings.log_format, "stack")
     redis_port = redis_port or settings.embedded_redis_port
     redis: RedisServer | None = None
@@ -172,11 +197,12 @@ def _display_path(path: Path) -> str:
 async def _wait_until_ready(
     settings: Settings, children: dict[str, asyncio.subprocess.Process]
 ) -> bool:
-    """Until the gateway answers /readyz and a worker that started after now has reached Redis
-    (its fleet tick: after its handler's startup, e.g. the model load). False when a child
-    exits first or READY_TIMEOUT_S passes."""
+    """Until the gateway answers /readyz and each worker process of the stack has reached
+    Redis since now (its fleet tick: after its handlers' startup, e.g. the model load). False
+    when a child exits first or READY_TIMEOUT_S passes."""
     redis = connect(settings.redis_url, client_name="splatq-stack")
     keys = KeySchema(partitions=settings.partitions)
+    workers = {p.pid for name, p in children.items() if name in WORKER_STAGES}
     try:
         seconds, micros = await redis.time()
         since_ms = seconds * 1000 + micros // 1000
@@ -187,7 +213,7 @@ async def _wait_until_ready(
                 if dead:
                     log.error("stack.not_ready", exited=dead)
                     return False
-                if await _gateway_ready(http, settings) and await _worker_ticked(
+                if await _gateway_ready(http, settings) and workers <= await _ticked_pids(
                     redis, keys, since_ms
                 ):
                     return True
@@ -207,12 +233,25 @@ async def _gateway_ready(http: aiohttp.ClientSession, settings: Settings) -> boo
         return False
 
 
-async def _worker_ticked(redis: Redis, keys: KeySchema, since_ms: int) -> bool:
+async def _ticked_pids(redis: Redis, keys: KeySchema, since_ms: int) -> set[int]:
+    """The process ids of the workers on this host that ticked a fleet clock since
+    `since_ms` (a staged process runs a worker per stage: they tick under names of its pid)."""
+    pids: set[int] = set()
     for p in range(keys.partitions):
-        recent = await redis.zrangebyscore(keys.workers(p), since_ms, "+inf", start=0, num=1)
-        if recent:
-            return True
-    return False
+        for member in await redis.zrangebyscore(keys.workers(p), since_ms, "+inf"):
+            pid = consumer_pid(str(member))
+            if pid is not None:
+                pids.add(pid)
+    return pids
+
+
+def consumer_pid(consumer: str) -> int | None:
+    """The process id in a worker's consumer name ('<host>-<pid>-<hex>', the engine's
+    new_consumer_name), or None for a name of another form or of another host."""
+    parts = consumer.rsplit("-", 2)
+    if len(parts) != 3 or parts[0] != socket.gethostname() or not parts[1].isdigit():
+        return None
+    return int(parts[1])
 
 
 async def _supervise(

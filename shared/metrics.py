@@ -169,6 +169,11 @@ class QueueMetrics:
     ) -> None:
         """Refresh the gauges that mirror Redis state (called periodically); `staged`: the
         pipeline stages' gauges too."""
+        # The entry streams' gauges read the same whoever samples them: a staged worker's own
+        # queue reads its stage's streams (a GPU pod's is reconstruct's), so go through the
+        # first stage's queue, which reads the entry streams.
+        if queue.stage is not None:
+            queue = queue.for_stage(FIRST_STAGE)
         for p in partitions:
             label = str(p)
             waiting = running = 0

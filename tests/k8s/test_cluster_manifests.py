@@ -1,6 +1,7 @@
 """The Redis Cluster example (k8s/examples/redis-cluster/): KEDA watches every partition's
-streams through `redis-cluster-streams`, on the same seed nodes the Secret's
-`redis+cluster://` URL gives splatq, and that URL is one splatq can parse."""
+entry streams (the CPU worker's ingest stage) through `redis-cluster-streams`, on the same
+seed nodes the Secret's `redis+cluster://` URL gives splatq, and that URL is one splatq can
+parse; it replaces k8s/autoscaling's CPU worker ScaledObject with the same stage triggers."""
 
 from __future__ import annotations
 
@@ -13,11 +14,16 @@ from splatq.shared.engine.keys import STREAMS, KeySchema
 from splatq.shared.redis.client import cluster_startup_nodes
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "k8s" / "examples" / "redis-cluster"
+AUTOSCALING = EXAMPLE.parents[1] / "autoscaling" / "keda-scaledobject.yaml"
 PARTITIONS = 6
 
 
 def _docs(name: str) -> list[dict[str, Any]]:
-    return [d for d in yaml.safe_load_all((EXAMPLE / name).read_text()) if d]
+    return _docs_at(EXAMPLE / name)
+
+
+def _docs_at(path: Path) -> list[dict[str, Any]]:
+    return [d for d in yaml.safe_load_all(path.read_text()) if d]
 
 
 def _secret_nodes() -> set[str]:
@@ -27,12 +33,16 @@ def _secret_nodes() -> set[str]:
 
 
 def test_every_partition_stream_has_a_lag_and_a_length_trigger() -> None:
-    [scaled] = [d for d in _docs("keda-scaledobject.yaml") if d["kind"] == "ScaledObject"]
+    docs = _docs("keda-scaledobject.yaml")
+    [scaled] = [d for d in docs if d["kind"] == "ScaledObject"]
+    [auth] = [d for d in docs if d["kind"] == "TriggerAuthentication"]
+    # the CPU worker's ScaledObject of k8s/autoscaling, by name, target and stage triggers
+    [cpu] = [d for d in _docs_at(AUTOSCALING) if d["metadata"]["name"] == "splatq-worker-cpu"]
+    assert scaled["metadata"]["name"] == cpu["metadata"]["name"]
+    assert scaled["spec"]["scaleTargetRef"] == cpu["spec"]["scaleTargetRef"]
     triggers = scaled["spec"]["triggers"]
-    # plus one Prometheus trigger per stream class on the fair queues' backlog (all partitions)
     waiting = [t for t in triggers if t["type"] == "prometheus"]
-    assert {t["name"] for t in waiting} == {f"{s.value}-waiting" for s in STREAMS}
-    assert all("splatq_queue_depth" in t["metadata"]["query"] for t in waiting)
+    assert waiting == [t for t in cpu["spec"]["triggers"] if t["type"] == "prometheus"]
     triggers = [t for t in triggers if t["type"] != "prometheus"]
     keys = KeySchema(partitions=PARTITIONS)
     streams = {keys.stream(p, s) for p in range(PARTITIONS) for s in STREAMS}
@@ -47,6 +57,11 @@ def test_every_partition_stream_has_a_lag_and_a_length_trigger() -> None:
         assert all(isinstance(v, str) for v in meta.values()), meta  # KEDA wants strings
         assert set(meta["addresses"].split(",")) == _secret_nodes()
         assert "databaseIndex" not in meta
-        assert t["authenticationRef"]["name"] == "splatq-redis"
+        assert t["authenticationRef"]["name"] == auth["metadata"]["name"]
         if "lagCount" in meta:
             assert meta["consumerGroup"] == "workers"
+    # the password KEDA sends comes from the example Secret's bare-password key
+    [secret] = _docs("secret.example.yaml")
+    for ref in auth["spec"]["secretTargetRef"]:
+        assert ref["name"] == secret["metadata"]["name"]
+        assert ref["key"] in secret["stringData"]

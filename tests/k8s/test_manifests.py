@@ -1,10 +1,12 @@
 """The k8s/ manifests, alert rules and dashboard agree with the code: they parse, name only
 real settings, metrics and HTTP routes, and keep shutdown, ports, probes and labels of the
-worker, the gateway and the webhook dispatcher consistent.
+workers (the staged pipeline's GPU and CPU kinds), the gateway and the webhook dispatcher
+consistent. The KEDA and Prometheus Operator objects are validated against those projects'
+CRD schemas (the generated models of the cloudcoil-models-* packages, offline).
 
 File checks: no cluster, kubectl or network. Where `promtool` is installed, the alert
-expressions and dashboard queries are also parsed by it and the gateway/GPU/webhook/Redis alerts
-are exercised with `promtool test rules` (tests/k8s/alerts.promtool.yaml); otherwise those skip.
+expressions and dashboard queries are also parsed by it and the alerts are exercised with
+`promtool test rules` (tests/k8s/alerts.promtool.yaml); otherwise those skip.
 """
 
 from __future__ import annotations
@@ -20,15 +22,19 @@ from typing import Any
 
 import pytest
 import yaml
+from cloudcoil.models.keda.v1alpha1 import ScaledObject, TriggerAuthentication
+from cloudcoil.models.prometheus_operator.v1 import PodMonitor, PrometheusRule
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info
+from pydantic import BaseModel, ValidationError
 
 import splatq.shared.settings
 from splatq.services.gateway.app import create_app
 from splatq.services.gateway.metrics import GatewayMetrics
 from splatq.services.gpu_worker.metrics import GpuMetrics
 from splatq.services.gpu_worker.oom import CUDA_OUT_OF_MEMORY
+from splatq.services.stack import WORKER_STAGES
 from splatq.services.webhook_dispatcher.metrics import DispatcherMetrics
-from splatq.shared.engine.keys import STREAMS, KeySchema
+from splatq.shared.engine.stages import ALL_STAGES, DEVICE_STAGES, PIPELINE, parse_stage_list
 from splatq.shared.maintenance.metrics import RedriverMetrics
 from splatq.shared.metrics import EngineMetrics, register_build_info
 from splatq.shared.settings import Settings
@@ -38,7 +44,11 @@ K8S = REPO_ROOT / "k8s"
 BASE = K8S / "base"
 CONFIGMAP = BASE / "configmap.yaml"
 SECRET_EXAMPLE = BASE / "secret.example.yaml"
-WORKER = BASE / "worker-deployment.yaml"
+WORKER_GPU = BASE / "worker-gpu-deployment.yaml"
+WORKER_CPU = BASE / "worker-cpu-deployment.yaml"
+# Each worker Deployment and the pod kind (`splatq up` process) whose stages it runs.
+WORKER_KINDS = {WORKER_GPU: "worker-gpu", WORKER_CPU: "worker-cpu"}
+WORKERS = tuple(WORKER_KINDS)
 GATEWAY = BASE / "gateway-deployment.yaml"
 GATEWAY_SERVICE = BASE / "gateway-service.yaml"
 DISPATCHER = BASE / "dispatcher-deployment.yaml"
@@ -46,11 +56,12 @@ REDRIVER = BASE / "redriver-deployment.yaml"
 PODMONITOR = BASE / "podmonitor.yaml"
 GPU_PATCH = K8S / "overlays" / "gpu" / "worker-gpu-patch.yaml"
 KEDA = K8S / "autoscaling" / "keda-scaledobject.yaml"
+KEDA_CLUSTER_EXAMPLE = K8S / "examples" / "redis-cluster" / "keda-scaledobject.yaml"
 RULES = K8S / "monitoring" / "prometheusrule.yaml"
 DASHBOARD = K8S / "monitoring" / "grafana-dashboard.json"
 OPERATIONS_DOC = REPO_ROOT / "docs" / "operations.md"
 PROMTOOL_TESTS = Path(__file__).with_name("alerts.promtool.yaml")
-DEPLOYMENTS = (WORKER, GATEWAY, DISPATCHER, REDRIVER)
+DEPLOYMENTS = (*WORKERS, GATEWAY, DISPATCHER, REDRIVER)
 PROMTOOL = shutil.which("promtool")
 
 YAML_FILES = sorted(p for p in K8S.rglob("*") if p.suffix in {".yaml", ".yml"})
@@ -82,6 +93,8 @@ RUNBOOK_ANCHORS = {
     "dead-letters-waiting",
     "expired-leases",
     "stream-bounds",
+    "stage-waiting",
+    "stage-failures",
 }
 REQUIRED_ALERTS = {
     "SplatqStreamEntriesLost",
@@ -108,6 +121,8 @@ REQUIRED_ALERTS = {
     "SplatqRedrivesFailing",
     "SplatqExpiredLeasesUnreclaimed",
     "SplatqStreamNearBound",
+    "SplatqStageWaitingTooLong",
+    "SplatqStageRunsFailing",
 }
 # The webhook endpoint and circuit breaker settings (variable -> Settings field).
 WEBHOOK_ENDPOINT_SETTINGS = {
@@ -178,8 +193,8 @@ def container_of(path: Path, name: str) -> dict[str, Any]:
     return container
 
 
-def worker_container() -> dict[str, Any]:
-    return container_of(WORKER, "worker")
+def worker_container(path: Path = WORKER_GPU) -> dict[str, Any]:
+    return container_of(path, "worker")
 
 
 def gateway_container() -> dict[str, Any]:
@@ -342,7 +357,7 @@ def test_manifest_tree_is_complete() -> None:
         BASE / "namespace.yaml",
         CONFIGMAP,
         SECRET_EXAMPLE,
-        WORKER,
+        *WORKERS,
         GATEWAY,
         GATEWAY_SERVICE,
         DISPATCHER,
@@ -414,7 +429,13 @@ def test_every_object_names_its_app(path: Path) -> None:
 
 
 @pytest.mark.parametrize(
-    "path", ["worker-deployment.yaml", "dispatcher-deployment.yaml", "redriver-deployment.yaml"]
+    "path",
+    [
+        "worker-gpu-deployment.yaml",
+        "worker-cpu-deployment.yaml",
+        "dispatcher-deployment.yaml",
+        "redriver-deployment.yaml",
+    ],
 )
 def test_liveness_probes_watch_the_event_loop(path: str) -> None:
     """Liveness of the asyncio services is /livez (the loop's heartbeat), not /metrics."""
@@ -435,6 +456,40 @@ def test_kustomizations_reference_existing_files() -> None:
             referenced += [f.rpartition("=")[2] for f in gen.get("files", [])]
         for ref in referenced:
             assert (path.parent / ref).exists(), f"{path.relative_to(REPO_ROOT)} -> {ref}"
+
+
+KUBECTL = shutil.which("kubectl")
+
+
+@pytest.mark.skipif(KUBECTL is None, reason="kubectl is not installed")
+@pytest.mark.parametrize("folder", ["base", "overlays/gpu", "autoscaling", "monitoring"])
+def test_kustomizations_build(folder: str) -> None:
+    """`kubectl kustomize` (offline) builds each kustomization; in the GPU overlay's output the
+    GPU worker, and only it, takes a GPU and runs on CUDA."""
+    assert KUBECTL
+    result = subprocess.run(
+        [KUBECTL, "kustomize", str(K8S / folder)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    docs = [d for d in yaml.safe_load_all(result.stdout) if d]
+    assert docs
+    if folder != "overlays/gpu":
+        return
+    gpu_takers = set()
+    for d in docs:
+        if d["kind"] != "Deployment":
+            continue
+        for c in d["spec"]["template"]["spec"]["containers"]:
+            if "nvidia.com/gpu" in c.get("resources", {}).get("limits", {}):
+                gpu_takers.add(d["metadata"]["name"])
+                env = {e["name"]: e.get("value") for e in c.get("env", [])}
+                assert env["SPLATQ_DEVICE"] == "cuda"
+                assert c["command"][-1] == "reconstruct"
+    assert gpu_takers == {only_doc(WORKER_GPU, "Deployment")["metadata"]["name"]}
 
 
 def test_base_applies_every_manifest_but_the_secret_example() -> None:
@@ -496,6 +551,10 @@ def test_configmap_sets_the_gateway_and_worker_settings() -> None:
         "SPLATQ_WEBHOOK_CONCURRENCY",
         "SPLATQ_WEBHOOK_CONCURRENCY_PER_HOST",
         "SPLATQ_WEBHOOK_CONCURRENCY_PER_ENDPOINT",
+        "SPLATQ_STAGE_CONCURRENCY",
+        "SPLATQ_STAGE_MAX_ATTEMPTS",
+        "SPLATQ_STAGE_TIMEOUT_S",
+        "SPLATQ_STAGE_BUFFER",
         *WEBHOOK_ENDPOINT_SETTINGS,
     }
     assert not required - set(configmap_data()), sorted(required - set(configmap_data()))
@@ -565,6 +624,23 @@ def test_settings_accept_the_gpu_overlay() -> None:
     assert container["resources"]["limits"]["nvidia.com/gpu"] == 1
 
 
+def test_only_the_gpu_worker_takes_a_gpu() -> None:
+    """The GPU overlay patches the GPU worker Deployment (the reconstruct stage) and nothing
+    else, its container by the base's name; no base Deployment requests a GPU."""
+    overlay = only_doc(K8S / "overlays" / "gpu" / "kustomization.yaml", "Kustomization")
+    gpu_name = only_doc(WORKER_GPU, "Deployment")["metadata"]["name"]
+    assert [p["target"]["name"] for p in overlay["patches"]] == [gpu_name]
+    patch = only_doc(GPU_PATCH, "Deployment")
+    assert patch["metadata"]["name"] == gpu_name
+    patched = {c["name"] for c in patch["spec"]["template"]["spec"]["containers"]}
+    assert patched == {c["name"] for c in pod_spec(WORKER_GPU)["containers"]}
+    for path in DEPLOYMENTS:
+        for c in pod_spec(path)["containers"]:
+            resources = c.get("resources", {})
+            for kind in ("requests", "limits"):
+                assert "nvidia.com/gpu" not in resources.get(kind, {}), (path.name, c["name"])
+
+
 def test_webhooks_cannot_reach_private_addresses() -> None:
     """Production keeps the SSRF guard on: SPLATQ_WEBHOOK_ALLOW_PRIVATE is "0" in the
     ConfigMap, and no Secret key, container env or overlay patch overrides it."""
@@ -611,15 +687,66 @@ def test_containers_load_config_then_secret(path: Path) -> None:
         assert refs == [cm_name, secret_name], container["name"]
 
 
-def test_worker_container_is_wired_to_config_and_metrics() -> None:
-    """The worker runs `splatq worker` and probes its metrics port."""
-    container = worker_container()
-    assert container["command"][-1] == "worker"
+@pytest.mark.parametrize("path", WORKERS, ids=lambda p: p.stem)
+def test_worker_container_is_wired_to_config_and_metrics(path: Path) -> None:
+    """Each worker runs `splatq worker --stages ...` and probes its metrics port."""
+    container = worker_container(path)
+    assert container["command"][:3] == ["splatq", "worker", "--stages"]
     ports = {p["name"]: p["containerPort"] for p in container["ports"]}
     assert ports["metrics"] == int(configmap_data()["SPLATQ_METRICS_PORT"])
     for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
         assert container[probe]["httpGet"]["port"] == "metrics", probe
     assert container["securityContext"]["readOnlyRootFilesystem"] is True
+
+
+def worker_stages(path: Path) -> tuple[Any, ...]:
+    command = worker_container(path)["command"]
+    assert command[:3] == ["splatq", "worker", "--stages"], command
+    assert len(command) == 4, command
+    return parse_stage_list(command[3])
+
+
+def test_the_worker_kinds_run_every_stage_once() -> None:
+    """The GPU worker runs the device stages, the CPU worker every other one (cleanup too):
+    each stage has exactly one kind of pod, and the same split as `splatq up`'s processes."""
+    gpu, cpu = worker_stages(WORKER_GPU), worker_stages(WORKER_CPU)
+    assert set(gpu) == DEVICE_STAGES
+    assert not set(gpu) & set(cpu)
+    assert set(gpu) | set(cpu) == set(ALL_STAGES)
+    for path, kind in WORKER_KINDS.items():
+        assert worker_stages(path) == WORKER_STAGES[kind], kind
+    # SPLATQ_STAGES in the shared ConfigMap would make every worker the same kind
+    assert "SPLATQ_STAGES" not in configmap_data()
+    assert not configured_settings().stages
+
+
+@pytest.mark.parametrize("path", WORKERS, ids=lambda p: p.stem)
+def test_workers_mirror_each_other(path: Path) -> None:
+    """Both worker kinds: same pod and container security context, /tmp emptyDir, drain,
+    rollout without a dip, topology spread over their own pods, resources set, and labels
+    naming their own Deployment."""
+    pod = pod_spec(path)
+    assert pod["securityContext"] == pod_spec(WORKER_GPU)["securityContext"]
+    assert pod["automountServiceAccountToken"] is False
+    assert (
+        pod["terminationGracePeriodSeconds"]
+        == pod_spec(WORKER_GPU)["terminationGracePeriodSeconds"]
+    )
+    container = worker_container(path)
+    assert container["securityContext"] == worker_container()["securityContext"]
+    assert container["envFrom"] == worker_container()["envFrom"]
+    assert container["env"] == worker_container()["env"]
+    resources = container["resources"]
+    assert {"cpu", "memory"} <= set(resources["requests"])
+    assert "memory" in resources["limits"]
+    assert {m["mountPath"] for m in container["volumeMounts"]} == {"/tmp"}
+    deployment = only_doc(path, "Deployment")
+    name = deployment["metadata"]["name"]
+    assert deployment["spec"]["selector"]["matchLabels"] == {"app.kubernetes.io/name": name}
+    assert pod_labels(path)["app.kubernetes.io/name"] == name
+    assert deployment["spec"]["strategy"]["rollingUpdate"]["maxUnavailable"] == 0
+    (spread,) = pod["topologySpreadConstraints"]
+    assert spread["labelSelector"]["matchLabels"] == {"app.kubernetes.io/name": name}
 
 
 def test_gateway_container_serves_on_the_configured_port() -> None:
@@ -661,7 +788,7 @@ def test_gateway_drains_safely() -> None:
 
 def test_gateway_is_hardened_like_the_worker() -> None:
     """Same pod and container security context as the worker, and resources are set."""
-    assert pod_spec(GATEWAY)["securityContext"] == pod_spec(WORKER)["securityContext"]
+    assert pod_spec(GATEWAY)["securityContext"] == pod_spec(WORKER_GPU)["securityContext"]
     container = gateway_container()
     assert container["securityContext"] == worker_container()["securityContext"]
     assert pod_spec(GATEWAY)["automountServiceAccountToken"] is False
@@ -677,12 +804,11 @@ def test_gateway_service_targets_the_named_port() -> None:
     service = only_doc(GATEWAY_SERVICE, "Service")["spec"]
     assert service.get("type", "ClusterIP") == "ClusterIP"
     assert label_subset(service["selector"], pod_labels(GATEWAY))
-    assert not label_subset(service["selector"], pod_labels(WORKER))
     (port,) = service["ports"]
     assert port["port"] == 80
     assert port["targetPort"] == "http"
     assert port["targetPort"] in port_names(GATEWAY)
-    for other in (WORKER, DISPATCHER):
+    for other in (*WORKERS, DISPATCHER, REDRIVER):
         assert not label_subset(service["selector"], pod_labels(other)), other.name
 
 
@@ -702,7 +828,7 @@ def test_dispatcher_container_is_wired_to_config_and_metrics() -> None:
 def test_dispatcher_is_hardened_like_the_worker() -> None:
     """Same pod and container security context and /tmp emptyDir as the worker, resources
     set, and at least two replicas that roll without dipping below the replica count."""
-    assert pod_spec(DISPATCHER)["securityContext"] == pod_spec(WORKER)["securityContext"]
+    assert pod_spec(DISPATCHER)["securityContext"] == pod_spec(WORKER_GPU)["securityContext"]
     container = dispatcher_container()
     assert container["securityContext"] == worker_container()["securityContext"]
     assert pod_spec(DISPATCHER)["automountServiceAccountToken"] is False
@@ -753,12 +879,13 @@ def test_gateway_is_scraped_on_its_api_port() -> None:
     assert endpoint["path"] == "/metrics"
     assert endpoint["path"] in get_paths()
     assert job_label_of(GATEWAY) == "splatq-gateway"
-    assert job_label_of(WORKER) == "splatq-worker"
+    assert job_label_of(WORKER_GPU) == "splatq-worker-gpu"
+    assert job_label_of(WORKER_CPU) == "splatq-worker-cpu"
 
 
-@pytest.mark.parametrize("path", [WORKER, DISPATCHER], ids=lambda p: p.stem)
+@pytest.mark.parametrize("path", [*WORKERS, DISPATCHER], ids=lambda p: p.stem)
 def test_metrics_port_deployments_are_scraped_on_it(path: Path) -> None:
-    """The worker and the dispatcher are scraped on their `metrics` port at /metrics, with
+    """The workers and the dispatcher are scraped on their `metrics` port at /metrics, with
     their own app name as the job label."""
     ((_, endpoint),) = scrapes_of(path)
     assert endpoint["port"] == "metrics"
@@ -768,7 +895,8 @@ def test_metrics_port_deployments_are_scraped_on_it(path: Path) -> None:
 
 def test_alert_job_labels_match_the_podmonitors() -> None:
     """Every job="..." in the alerts is a job the PodMonitors produce; gateway alerts use the
-    gateway's, webhook alerts the dispatcher's, the worker-down alert the worker's."""
+    gateway's, webhook alerts the dispatcher's, the worker-down alerts one worker kind's
+    each, both kinds between them."""
     jobs = {p: job_label_of(p) for p in DEPLOYMENTS}
     used = {j for r in alert_rules() for j in re.findall(r'job="([^"]+)"', r["expr"])}
     assert used == set(jobs.values())
@@ -778,8 +906,12 @@ def test_alert_job_labels_match_the_podmonitors() -> None:
             assert rule_jobs == {jobs[GATEWAY]}, rule["alert"]
         if rule["alert"].startswith("SplatqWebhook"):
             assert rule_jobs == {jobs[DISPATCHER]}, rule["alert"]
-        if rule["alert"] == "SplatqWorkersDown" and "up{" in rule["expr"]:
-            assert rule_jobs == {jobs[WORKER]}
+    down = [
+        set(re.findall(r'job="([^"]+)"', r["expr"]))
+        for r in alert_rules()
+        if r["alert"] == "SplatqWorkersDown" and "up{" in r["expr"]
+    ]
+    assert sorted(down, key=sorted) == sorted(({jobs[w]} for w in WORKERS), key=sorted)
 
 
 def test_route_labels_in_queries_are_real_routes() -> None:
@@ -798,48 +930,144 @@ def test_route_labels_in_queries_are_real_routes() -> None:
 # -- KEDA --------------------------------------------------------------------------------------
 
 
-def test_keda_triggers_watch_the_real_streams() -> None:
-    """KEDA's redis-streams triggers name partition 0's streams and the configured group; a
-    Prometheus trigger per stream scales on the jobs waiting in the fair queues."""
-    docs = load_docs(KEDA)
-    scaled = next(d for d in docs if d["kind"] == "ScaledObject")
-    auth = next(d for d in docs if d["kind"] == "TriggerAuthentication")
-    assert (
-        scaled["spec"]["scaleTargetRef"]["name"]
-        == only_doc(WORKER, "Deployment")["metadata"]["name"]
-    )
-    keys = KeySchema()
-    streams = {keys.stream(0, s) for s in STREAMS}
-    group = configmap_data()["SPLATQ_CONSUMER_GROUP"]
-    triggers = scaled["spec"]["triggers"]
-    # jobs waiting in the fair queues are not in the streams: a Prometheus trigger per stream
-    # on splatq_queue_depth (which counts them) scales on the backlog
-    waiting = [t for t in triggers if t["type"] == "prometheus"]
-    assert {re.search(r'stream="(\w+)"', t["metadata"]["query"])[1] for t in waiting} == {
-        s.value for s in STREAMS
-    }
-    for t in waiting:
-        assert "splatq_queue_depth" in t["metadata"]["query"]
-        assert int(t["metadata"]["threshold"]) > 0
-    triggers = [t for t in triggers if t["type"] != "prometheus"]
-    lag_triggers = [t for t in triggers if "lagCount" in t["metadata"]]
-    assert {t["metadata"]["stream"] for t in lag_triggers} == streams
-    for t in triggers:
-        meta = t["metadata"]
-        assert t["type"] == "redis-streams"
-        assert all(isinstance(v, str) for v in meta.values()), meta  # KEDA wants strings
-        assert meta["stream"] in streams
-        assert t["authenticationRef"]["name"] == auth["metadata"]["name"]
-    for t in lag_triggers:
-        meta = t["metadata"]
-        assert meta["consumerGroup"] == group
-        assert int(meta["lagCount"]) > 0
-        assert int(meta["activationLagCount"]) >= 0
-    secret_keys = set(secret_example_data())
-    secret_name = only_doc(SECRET_EXAMPLE, "Secret")["metadata"]["name"]
-    for ref in auth["spec"]["secretTargetRef"]:
-        assert ref["name"] == secret_name
-        assert ref["key"] in secret_keys
+def scaled_objects(path: Path = KEDA) -> dict[str, dict[str, Any]]:
+    return {d["metadata"]["name"]: d for d in load_docs(path) if d["kind"] == "ScaledObject"}
+
+
+STAGE_WORK = re.compile(
+    r'^sum\(max by \(stream, partition\) \(splatq_stage_depth\{namespace="splatq", '
+    r'stage="(\w+)"\}\)\) \+ sum\(max by \(stream, partition\) \(splatq_stage_running\{'
+    r'namespace="splatq", stage="(\w+)"\}\)\)$'
+)
+
+
+def trigger_stages(scaled: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """A ScaledObject's prometheus triggers by the stage whose work (waiting + running, one
+    copy per stream and partition) each query sums."""
+    out = {}
+    for t in scaled["spec"]["triggers"]:
+        if t["type"] != "prometheus":
+            continue
+        found = STAGE_WORK.match(t["metadata"]["query"])
+        assert found, t["metadata"]["query"]
+        assert found[1] == found[2], t["metadata"]["query"]
+        out[found[1]] = t
+    return out
+
+
+def test_one_scaled_object_per_worker_kind_on_the_stages_it_runs() -> None:
+    """One ScaledObject per worker Deployment; its prometheus triggers sum the work of exactly
+    the job stages that worker runs (cleanup rides along on the CPU worker), and each
+    threshold is one pod's slots of that stage as the ConfigMap sets them."""
+    scaled = scaled_objects()
+    deployments = {only_doc(p, "Deployment")["metadata"]["name"]: p for p in WORKERS}
+    assert set(scaled) == set(deployments)
+    settings = configured_settings()
+    for name, obj in scaled.items():
+        target = obj["spec"]["scaleTargetRef"]
+        assert target == {"apiVersion": "apps/v1", "kind": "Deployment", "name": name}
+        job_stages = {s.value for s in worker_stages(deployments[name]) if s in PIPELINE}
+        triggers = trigger_stages(obj)
+        assert set(triggers) == job_stages, name
+        assert len(obj["spec"]["triggers"]) == len(triggers)  # prometheus only
+        for stage, t in triggers.items():
+            meta = t["metadata"]
+            assert all(isinstance(v, str) for v in meta.values()), meta  # KEDA wants strings
+            assert t["name"] == f"{stage}-work"
+            slots = settings.for_stage(stage).worker_concurrency
+            assert int(meta["threshold"]) == slots, (name, stage)
+            assert meta["activationThreshold"] == "0"
+            assert meta["serverAddress"].startswith("http")
+        # the stage gauges come from staged workers only: keep one of each kind
+        assert obj["spec"]["minReplicaCount"] >= 1
+        assert obj["spec"]["maxReplicaCount"] > obj["spec"]["minReplicaCount"]
+    assert set(trigger_stages(scaled["splatq-worker-gpu"])) == {s.value for s in DEVICE_STAGES}
+
+
+def test_the_stage_queries_read_real_gauges() -> None:
+    """The queries name the stage gauges the staged workers export, and the ConfigMap's
+    per-stage settings are valid for every stage they name."""
+    registry = CollectorRegistry()
+    EngineMetrics.create(registry)
+    exposed = exposed_sample_names(registry)
+    for obj in scaled_objects().values():
+        for t in obj["spec"]["triggers"]:
+            assert set(METRIC_NAME.findall(t["metadata"]["query"])) <= exposed
+    settings = configured_settings()
+    assert set(settings.stage_concurrency) <= {s.value for s in ALL_STAGES}
+    assert settings.stage_buffer > 0
+
+
+# -- custom resources against their CRD schemas ---------------------------------------------
+
+CRD_MODELS: dict[str, type[BaseModel]] = {
+    "ScaledObject": ScaledObject,
+    "TriggerAuthentication": TriggerAuthentication,
+    "PrometheusRule": PrometheusRule,
+    "PodMonitor": PodMonitor,
+}
+CUSTOM_RESOURCE_FILES = [KEDA, KEDA_CLUSTER_EXAMPLE, RULES, PODMONITOR]
+
+
+def schema_problems(model: type[BaseModel], doc: dict[str, Any]) -> list[str]:
+    """What the CRD schema (its generated model) rejects in `doc`: validation errors, then
+    every field the schema does not know or a value it had to coerce (the model ignores
+    unknown fields, so a round trip that changes the document names them)."""
+    try:
+        parsed = model.model_validate(doc)
+    except ValidationError as exc:
+        return [f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors()]
+    back = parsed.model_dump(by_alias=True, exclude_unset=True, mode="json")
+    return list(differences(doc, back, ""))
+
+
+def differences(given: Any, kept: Any, path: str) -> Iterator[str]:
+    if isinstance(given, dict) and isinstance(kept, dict):
+        for key in given.keys() | kept.keys():
+            if key not in kept:
+                yield f"{path}.{key}: not in the schema"
+            elif key not in given:
+                yield f"{path}.{key}: added by the schema"
+            else:
+                yield from differences(given[key], kept[key], f"{path}.{key}")
+    elif isinstance(given, list) and isinstance(kept, list) and len(given) == len(kept):
+        for i, (g, k) in enumerate(zip(given, kept, strict=True)):
+            yield from differences(g, k, f"{path}[{i}]")
+    elif given != kept or type(given) is not type(kept):
+        yield f"{path}: {given!r} read as {kept!r}"
+
+
+@pytest.mark.parametrize("path", CUSTOM_RESOURCE_FILES, ids=lambda p: str(p.relative_to(K8S)))
+def test_custom_resources_match_their_crd_schemas(path: Path) -> None:
+    """Every KEDA and Prometheus Operator object validates against its CRD's schema, with no
+    field the schema does not know and no value of the wrong type."""
+    docs = load_docs(path)
+    assert docs
+    for doc in docs:
+        model = CRD_MODELS[doc["kind"]]
+        assert not schema_problems(model, doc), (doc["metadata"]["name"], model.__name__)
+
+
+def test_the_schema_check_catches_mistakes() -> None:
+    """The check above fails on an unknown field, a number given as a string, a missing
+    required field and a wrong apiVersion."""
+    good = scaled_objects()["splatq-worker-gpu"]
+    assert not schema_problems(ScaledObject, good)
+    typo = json.loads(json.dumps(good))
+    typo["spec"]["minReplicaCounts"] = 1
+    assert schema_problems(ScaledObject, typo) == [".spec.minReplicaCounts: not in the schema"]
+    quoted = json.loads(json.dumps(good))
+    quoted["spec"]["maxReplicaCount"] = "20"
+    assert schema_problems(ScaledObject, quoted)
+    missing = json.loads(json.dumps(good))
+    del missing["spec"]["scaleTargetRef"]
+    assert schema_problems(ScaledObject, missing)
+    version = {**good, "apiVersion": "keda.sh/v1"}
+    assert schema_problems(ScaledObject, version)
+    rule = only_doc(RULES, "PrometheusRule")
+    bad_rule = json.loads(json.dumps(rule))
+    bad_rule["spec"]["groups"][0]["rules"][0]["for_"] = "5m"
+    assert schema_problems(PrometheusRule, bad_rule)
 
 
 # -- metrics in alerts and dashboard -----------------------------------------------------------
@@ -1030,6 +1258,36 @@ def test_redis_and_stream_alerts_use_the_agreed_thresholds() -> None:
         )
 
 
+def test_stage_alerts_use_the_agreed_thresholds() -> None:
+    """A stage whose oldest waiting job is over 5 min old for 10 min, per stage and stream;
+    a stage more than 10 % of whose runs fail the job over 10 min, per stage. Each points
+    at its runbook section; both read the gauges per stage as every staged worker reports
+    them (max), the counter summed over the pods."""
+    rules = {r["alert"]: r for r in alert_rules() if r["alert"].startswith("SplatqStage")}
+    waiting = rules["SplatqStageWaitingTooLong"]
+    assert waiting["expr"] == (
+        "max by (namespace, stage, stream) (splatq_stage_oldest_waiting_age_seconds) > 300"
+    )
+    assert waiting["for"] == "10m"
+    failing = " ".join(rules["SplatqStageRunsFailing"]["expr"].split())
+    assert 'sum by (namespace, stage) (rate(splatq_stage_runs_total{outcome="failed"}[10m]))' in (
+        failing
+    )
+    assert "/ sum by (namespace, stage) (rate(splatq_stage_runs_total[10m]))" in failing
+    assert failing.endswith("> 0.1")
+    assert rules["SplatqStageRunsFailing"]["for"] == "10m"
+    assert waiting["annotations"]["runbook_url"] == "docs/operations.md#stage-waiting"
+    assert (
+        rules["SplatqStageRunsFailing"]["annotations"]["runbook_url"]
+        == "docs/operations.md#stage-failures"
+    )
+    # "failed" is an outcome the worker really counts
+    help_text = next(
+        f.documentation for f in metric_registries()[0].collect() if f.name == "splatq_stage_runs"
+    )
+    assert "failed" in help_text
+
+
 @pytest.mark.skipif(PROMTOOL is None, reason="promtool is not installed")
 def test_promtool_accepts_the_rules(tmp_path: Path) -> None:
     """promtool parses every alert expression and annotation template."""
@@ -1049,6 +1307,7 @@ def test_promtool_alert_unit_tests(tmp_path: Path) -> None:
     assert tested >= {"SplatqRedisErrorReplies", "SplatqSseStreamsRefused"}
     assert tested >= {a for a in REQUIRED_ALERTS if a.startswith("SplatqWebhook")}
     assert "SplatqTaskNotSucceeding" in tested  # the dead man's switch of scheduled tasks
+    assert {"SplatqStageWaitingTooLong", "SplatqStageRunsFailing", "SplatqWorkersDown"} <= tested
     run_promtool("test", "rules", "tests.yaml", cwd=tmp_path)
 
 
@@ -1109,6 +1368,11 @@ def test_dashboard_has_filters_and_required_panels() -> None:
         "splatq_jobs_in_state",
         "splatq_build_info",
         "DCGM_FI_DEV_GPU_UTIL",
+        "splatq_stage_depth",
+        "splatq_stage_running",
+        "splatq_stage_oldest_waiting_age_seconds",
+        "splatq_stage_runs_total",
+        "splatq_stage_duration_seconds_bucket",
     ):
         assert metric in exprs, metric
     for q in ("0.5", "0.95", "0.99"):
@@ -1165,6 +1429,7 @@ def test_dashboard_links_to_the_runbooks() -> None:
         ("0.5", "splatq_gpu_gaussians_per_job", "quality"),
         ("0.5", "splatq_webhook_attempt_duration_seconds", ""),
         ("0.99", "splatq_webhook_attempt_duration_seconds", ""),
+        ("0.95", "splatq_stage_duration_seconds", "stage"),
     ],
 )
 def test_dashboard_plots_the_agreed_quantiles(quantile: str, histogram: str, by: str) -> None:
@@ -1177,6 +1442,33 @@ def test_dashboard_plots_the_agreed_quantiles(quantile: str, histogram: str, by:
         rf"\(rate\({histogram}_bucket\{{"
     )
     assert any(pattern.match(e) for e in dashboard_exprs()), (quantile, histogram, by)
+
+
+def test_dashboard_has_a_pipeline_stages_row() -> None:
+    """A "Pipeline stages" row holds, per stage, the depth (with running), the oldest
+    waiting age, the run rate by outcome and the p95 duration."""
+    panels = dashboard()["panels"]
+    (row,) = [p for p in panels if p["type"] == "row" and p["title"] == "Pipeline stages"]
+    start = panels.index(row) + 1
+    end = next((i for i, p in enumerate(panels) if i >= start and p["type"] == "row"), len(panels))
+    exprs = [t["expr"] for p in panels[start:end] for t in p["targets"]]
+    wanted = [
+        r"sum by \(stage\) \(max by \(stage, stream, partition\) \(splatq_stage_depth\{",
+        r"sum by \(stage\) \(max by \(stage, stream, partition\) \(splatq_stage_running\{",
+        r"max by \(stage, stream\) \(splatq_stage_oldest_waiting_age_seconds\{",
+        r"sum by \(stage, outcome\) \(rate\(splatq_stage_runs_total\{",
+        r"histogram_quantile\(0\.95, sum by \(le, stage\) "
+        r"\(rate\(splatq_stage_duration_seconds_bucket\{",
+    ]
+    for pattern in wanted:
+        assert any(re.match(pattern, e) for e in exprs), pattern
+    # laid out on the grid below the row, not on top of the next one
+    rows_y = sorted(p["gridPos"]["y"] for p in panels if p["type"] == "row")
+    next_row = next((y for y in rows_y if y > row["gridPos"]["y"]), None)
+    for p in panels[start:end]:
+        bottom = p["gridPos"]["y"] + p["gridPos"]["h"]
+        assert p["gridPos"]["y"] > row["gridPos"]["y"]
+        assert next_row is None or bottom <= next_row, p["title"]
 
 
 def test_dashboard_shows_requests_by_status_class() -> None:

@@ -8,6 +8,7 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from splatq.shared.engine.queue import JobQueue
+from splatq.shared.engine.stages import PipelineStage
 from splatq.shared.metrics import EngineMetrics, QueueMetrics
 from splatq.shared.redis.server import RedisServer
 from tests.conftest import WorkerFactory, engine_settings, spec, wait_for_status, wait_until
@@ -64,3 +65,32 @@ def test_the_gateway_registry_has_no_worker_families() -> None:
     assert "splatq_job_queue_wait_duration_seconds" in worker_only
     assert "splatq_deliveries" in worker_only
     assert not gateway_names & worker_only
+
+
+async def test_a_staged_worker_samples_the_entry_gauges_as_the_gateway_does(
+    redis_server: RedisServer, queue: JobQueue
+) -> None:
+    """A GPU pod's sampler (its queue reads the reconstruct streams) reports the entry streams'
+    gauges as the gateway's sampler does, and every stage's gauges besides: queue gauges are
+    aggregated with max() across processes, so each must report the same values."""
+    settings = engine_settings(redis_server.url, fair_scheduling=False)
+    entry = JobQueue(queue.redis, settings)
+    gpu_pod = entry.for_stage(PipelineStage.RECONSTRUCT)
+    for stage in PipelineStage:
+        await entry.for_stage(stage).setup()  # as each stage's worker does first
+    await entry.enqueue(spec())
+    gateway, gpu = CollectorRegistry(), CollectorRegistry()
+    await QueueMetrics.create(gateway).sample(entry, (0,))
+    await QueueMetrics.create(gpu).sample(gpu_pod, (0,), staged=True)
+    where = {"stream": "interactive", "partition": "0"}
+    assert value(gateway, "splatq_queue_depth", **where) == 1
+    for family in gateway.collect():
+        for sample in family.samples:
+            theirs = value(gpu, sample.name, **sample.labels)
+            if sample.name.endswith("_age_seconds"):  # sampled a moment later
+                assert theirs is not None, sample
+                assert sample.value <= theirs <= sample.value + 5, sample
+            else:
+                assert theirs == sample.value, sample
+    assert value(gpu, "splatq_stage_depth", stage="ingest", **where) == 1
+    assert value(gpu, "splatq_stage_depth", stage="reconstruct", **where) == 0

@@ -17,10 +17,12 @@ from pathlib import Path
 import aiohttp
 import orjson
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 from redis.asyncio import Redis
 
-from splatq.services.stack import METRICS_PORT_OFFSETS
+from splatq.services.stack import METRICS_PORT_OFFSETS, WORKER_STAGES
 from splatq.shared.engine.queue import JobQueue
+from splatq.shared.engine.stages import ALL_STAGES
 from splatq.shared.redis.server import RedisServer, free_port
 from tests.conftest import REPO_ROOT, engine_settings, spec, wait_until
 from tests.gpu_worker.conftest import sample_png
@@ -248,15 +250,15 @@ def _free_port_run(count: int) -> int:
 
 
 async def test_up_gives_each_service_its_own_metrics_port(tmp_path: Path) -> None:
-    """With SPLATQ_METRICS_PORT set the worker, the dispatcher, the redriver and the settler
-    each serve /metrics on base + their offset, and the stack keeps running (one shared port
-    killed the worker and with it the stack)."""
+    """With SPLATQ_METRICS_PORT set the GPU and CPU workers, the dispatcher, the redriver and
+    the settler each serve /metrics on base + their offset, and the stack keeps running (one
+    shared port killed the worker and with it the stack). The two workers run the staged
+    pipeline between them: each samples the stage gauges and names its own pod kind."""
     base = _free_port_run(len(METRICS_PORT_OFFSETS))
     gateway_port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("SPLATQ_")}
     env.update({"SPLATQ_METRICS_PORT": str(base), "SPLATQ_GATEWAY_PORT": str(gateway_port),
-                "SPLATQ_JOB_HANDLER": "tests.handlers:make", "SPLATQ_LOG_FORMAT": "json",
-                "PYTHONUNBUFFERED": "1"})  # fmt: skip
+                "SPLATQ_LOG_FORMAT": "json", "PYTHONUNBUFFERED": "1"})  # fmt: skip
     log = (tmp_path / "up.log").open("wb")
     stack = subprocess.Popen(  # noqa: ASYNC220 - returns at once; readiness is polled below
         [sys.executable, "-m", "splatq.services.cli", "up", "--data-dir", str(tmp_path / "var"),
@@ -286,10 +288,12 @@ async def test_up_gives_each_service_its_own_metrics_port(tmp_path: Path) -> Non
         # each port is its own service's registry
         for name, text in families.items():
             assert f'service="{name}"' in text, (name, text[:2000])
-        assert "splatq_queue_depth" in families["worker"]
+        for worker in WORKER_STAGES:
+            assert "splatq_queue_depth" in families[worker]
+            assert "splatq_stage_runs_total" in families[worker]
+            assert "splatq_webhook_attempts_total" not in families[worker]
         assert "splatq_webhook_attempts_total" in families["dispatcher"]
         assert "splatq_redrives_total" in families["redriver"]
-        assert "splatq_webhook_attempts_total" not in families["worker"]
         assert stack.poll() is None
 
         async def up() -> bool:  # past its readiness wait: Ctrl-C now stops it cleanly
@@ -297,6 +301,24 @@ async def test_up_gives_each_service_its_own_metrics_port(tmp_path: Path) -> Non
             return "splatq is up" in (tmp_path / "up.log").read_text()
 
         await wait_until(up, timeout_s=120, interval_s=0.2)
+        async with aiohttp.ClientSession() as http:
+
+            async def stage_gauges_sampled() -> bool:
+                # each staged worker samples every stage's gauges (the GPU scaler reads them)
+                for worker in WORKER_STAGES:
+                    async with http.get(f"http://127.0.0.1:{ports[worker]}/metrics") as resp:
+                        text = await resp.text()
+                    sampled = {
+                        sample.labels["stage"]
+                        for family in text_string_to_metric_families(text)
+                        if family.name == "splatq_stage_depth"
+                        for sample in family.samples
+                    }
+                    if sampled != {s.value for s in ALL_STAGES}:
+                        return False
+                return True
+
+            await wait_until(stage_gauges_sampled, timeout_s=30, interval_s=0.2)
         stack.send_signal(signal.SIGINT)
         assert stack.wait(timeout=60) == 0
     finally:
