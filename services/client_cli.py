@@ -115,6 +115,12 @@ def add_commands(sub: Any) -> None:
         help="a retry with the same key returns the same job instead of a new one",
     )
     s.add_argument("--no-cache", action="store_true", help="force a fresh computation")
+    s.add_argument(
+        "--progressive",
+        action="store_true",
+        help="a full job: a quick preview-resolution result first (a preview_ready event), "
+        "then the full result",
+    )
     for name, what in (
         ("status", "show a job (and, for a staged job, its stages)"),
         ("cancel", "cancel a job"),
@@ -267,6 +273,7 @@ async def _submit(client: SplatqClient, args: argparse.Namespace) -> int:
         webhook_events=args.webhook_events,
         metadata=args.metadata,
         cache=not args.no_cache,
+        progressive=args.progressive,
         idempotency_key=args.idempotency_key,
     )
     if not args.json:

@@ -19,6 +19,8 @@ from splatq.services.gateway.openapi_stages import (
     PREVIEW_READY_DESCRIPTION,
     PROGRESS_DESCRIPTION,
     PROGRESS_STAGE_MEMBERS,
+    PROGRESSIVE_DESCRIPTION,
+    QUICK_VARIANT_DESCRIPTION,
 )
 from splatq.services.gateway.openapi_tenants import SCHEMAS as TENANT_SCHEMAS
 from splatq.services.gateway.openapi_tenants import tenant_paths
@@ -26,6 +28,7 @@ from splatq.services.gateway.submission import MAX_IDEMPOTENCY_KEY, MAX_METADATA
 from splatq.shared import __version__
 from splatq.shared.engine.events import TERMINAL_EVENTS, EventType
 from splatq.shared.engine.states import JobStatus
+from splatq.shared.storage.store import QUICK_VARIANT
 from splatq.shared.webhooks import headers as custom_headers
 from splatq.shared.webhooks.store import TEST_EVENT
 
@@ -154,6 +157,8 @@ def _document(server_url: str, max_wait_s: int) -> dict[str, Any]:
         "metadata": {"type": "object",
                      "description": f"at most {MAX_METADATA_BYTES} bytes as JSON"},
         "cache": {"type": "boolean", "default": True},
+        "progressive": {"type": "boolean", "default": False,
+                        "description": PROGRESSIVE_DESCRIPTION},
     }  # fmt: skip
     image_url = {
         "type": "string",
@@ -410,6 +415,13 @@ def _document(server_url: str, max_wait_s: int) -> dict[str, Any]:
                                 "enum": ["gaussian_ply", "splat", "rendered_preview"],
                             },
                         },
+                        {
+                            "name": "variant",
+                            "in": "query",
+                            "required": False,
+                            "schema": {"type": "string", "enum": [QUICK_VARIANT]},
+                            "description": QUICK_VARIANT_DESCRIPTION,
+                        },
                     ],
                     "responses": {
                         "200": {
@@ -425,8 +437,17 @@ def _document(server_url: str, max_wait_s: int) -> dict[str, Any]:
                             "description": "redirect to a presigned object-storage URL",
                             "headers": {"Location": {"schema": {"type": "string"}}},
                         },
-                        "409": _problem("not_ready: the job is not completed"),
+                        "400": _problem("invalid_request: an unknown `variant`"),
+                        "409": _problem(
+                            "not_ready: the job is not completed (with `variant=quick`: its "
+                            "quick result is not ready yet)"
+                        ),
                         **_COMMON,
+                        "404": _problem(
+                            "no such job (or another tenant's) or artifact; with "
+                            "`variant=quick`, a job with no quick result (not progressive, or "
+                            "ended without one)"
+                        ),
                     },
                 }
             },
@@ -788,7 +809,10 @@ _EVENT_DATA: dict[str, dict[str, Any]] = {
     EventType.STARTED.value: {"attempt": {"type": "integer", "minimum": 1}},
     EventType.PROGRESS.value: {"progress": {"type": "number", "minimum": 0, "maximum": 1},
                                "stage": {"type": "string"}},
-    EventType.PREVIEW_READY.value: {"artifacts": _ARTIFACT_URLS},
+    EventType.PREVIEW_READY.value: {"model": {"type": "string"},
+                                    "compute_time_ms": {"type": "integer"},
+                                    "resolution": {"type": "integer", "minimum": 1},
+                                    "artifacts": _ARTIFACT_URLS},
     EventType.COMPLETED.value: {"model": {"type": "string"},
                                 "compute_time_ms": {"type": "integer"},
                                 "artifacts": _ARTIFACT_URLS},

@@ -84,9 +84,26 @@ PROGRESS_STAGE_MEMBERS: dict[str, Any] = {
 }
 
 PREVIEW_READY_DESCRIPTION = (
-    "A full job's quick preview result is available; `data.artifacts` as in `completed`. "
-    "Reserved: the staged pipeline of this version does not produce a quick preview, so "
-    "nothing sends it yet (subscribing to it is accepted)."
+    "A progressive full job's quick result is available: the image reconstructed at the "
+    "preview resolution (`resolution`), encoded and rendered like the full result; "
+    "`data.artifacts` as in `completed`, each URL with `?variant=quick`. Sent once per job "
+    "(again only after a redrive that runs reconstruct again), only for a full job "
+    "submitted with `progressive: true` and run by the staged pipeline, together with the "
+    "`progress` event of the reconstruct stage's success, so before `completed`. Not a "
+    "terminal event: the full result follows as usual (`completed`, or `failed`/`canceled`; "
+    "the quick result stays downloadable either way)."
+)
+PROGRESSIVE_DESCRIPTION = (
+    "A full job first gets a quick preview-resolution result, announced by "
+    "`3d_reconstruction.preview_ready`, then the full result as usual. It costs an extra "
+    "preview-resolution forward pass (reserved and charged as GPU time with the job). "
+    "Accepted and ignored on a preview job. Identical submissions share a job (the cache) "
+    "only with the same `progressive`."
+)
+QUICK_VARIANT_DESCRIPTION = (
+    "`quick`: the artifact of a progressive job's quick result (the URLs of its "
+    "`preview_ready` event), available from that event on, whatever the job's status; "
+    "absent: the job's result (completed jobs only)"
 )
 PROGRESS_DESCRIPTION = (
     "The job's progress. A staged job sends one when a stage after the first starts "

@@ -22,9 +22,14 @@ from splatq.shared.engine.jobs import JobSpec
 from splatq.shared.tenants.quota import ReleaseReason, Usage
 
 
-def estimate_ms(request: web.Request, quality: str) -> int:
+def estimate_ms(request: web.Request, quality: str, progressive: bool = False) -> int:
+    """The GPU time a job is reserved: its quality's estimate, plus a preview job's for a
+    progressive full job (its quick pass is a preview-resolution job's work)."""
     table = request.app[SETTINGS].quota_estimates_ms
-    return table.get(quality, max(table.values(), default=0))
+    amount = table.get(quality, max(table.values(), default=0))
+    if progressive:
+        amount += table.get("preview", 0)
+    return amount
 
 
 async def reserve(
@@ -35,7 +40,7 @@ async def reserve(
     none), else 429 `quota_exceeded`."""
     book = request.app[QUOTAS]
     await book.note_tenant_once(spec.tenant)
-    amount = estimate_ms(request, spec.quality)
+    amount = estimate_ms(request, spec.quality, spec.params.get("progressive") is True)
     reservation = await book.reserve(spec.tenant, job_id, amount)
     if reservation.granted:
         return True

@@ -47,7 +47,7 @@ from splatq.services.gateway.images import (
     validate_image,
 )
 from splatq.services.gateway.openapi import openapi_document
-from splatq.services.gateway.problems import ApiError, not_found
+from splatq.services.gateway.problems import ApiError, invalid_request, not_found
 from splatq.services.gateway.submission import Submission, idempotency_key, read_submission
 from splatq.services.gateway.tenant_policies import TENANT_POLICIES
 from splatq.services.gateway.views import job_view, rfc3339, valid_stream_id
@@ -59,8 +59,17 @@ from splatq.shared.engine.ids import is_job_id, partition_of
 from splatq.shared.engine.jobs import QUALITY_STREAMS, JobRecord, JobSpec
 from splatq.shared.engine.keys import StreamName
 from splatq.shared.engine.queue import EnqueueResult, JobQueue
+from splatq.shared.engine.stages import PipelineStage, StageStatus
+from splatq.shared.engine.states import TERMINAL
 from splatq.shared.redis.retry import while_refused
-from splatq.shared.storage.store import ARTIFACTS, ObjectNotFound, artifact_key, input_key
+from splatq.shared.storage.store import (
+    ARTIFACTS,
+    QUICK_VARIANT,
+    ObjectNotFound,
+    artifact_key,
+    input_key,
+    is_quick_run,
+)
 from splatq.shared.webhooks.store import WebhookStore
 
 log = structlog.get_logger("splatq.gateway")
@@ -145,7 +154,7 @@ async def submit_job(request: web.Request) -> web.Response:
     )
     params = submission.params
     model_id = f"{settings.model}:{settings.model_checkpoint}"
-    content_key = _content_key(tenant, image, params.quality, model_id)
+    content_key = _content_key(tenant, image, params.quality, model_id, params.progressive)
 
     logical_key = f"idempotency:{tenant}:{idem_header}" if idem_header else ""
     stream = QUALITY_STREAMS[params.quality]
@@ -262,8 +271,14 @@ async def _validated_image(
         raise ApiError(exc.status, exc.code, exc.detail) from None
 
 
-def _content_key(tenant: str, image: ValidatedImage, quality: str, model_id: str) -> str:
-    digest = hashlib.sha256(f"{image.sha256}|{quality}|{model_id}".encode()).hexdigest()
+def _content_key(
+    tenant: str, image: ValidatedImage, quality: str, model_id: str, progressive: bool = False
+) -> str:
+    """The cache and single-flight key of a submission. A progressive job has its own: an
+    identical submission that asked for `preview_ready` must not join a job that will never
+    send it."""
+    material = f"{image.sha256}|{quality}|{model_id}" + ("|progressive" if progressive else "")
+    digest = hashlib.sha256(material.encode()).hexdigest()
     return f"content:{tenant}:{digest}"
 
 
@@ -468,20 +483,55 @@ async def cancel_job(request: web.Request) -> web.Response:
 
 
 async def get_artifact(request: web.Request) -> web.StreamResponse:
+    """An artifact of the job's result, or (`?variant=quick`) of a progressive job's quick
+    result, announced by `preview_ready`."""
     tenant = await authenticate(request)
+    variant = request.query.get("variant", "")
+    if variant not in ("", QUICK_VARIANT):
+        raise invalid_request(f"variant must be {QUICK_VARIANT!r} (or absent: the result)")
     job = await _owned_job(request, tenant)
     name = request.match_info["name"]
     if name not in ARTIFACTS:
         raise not_found("artifact")
-    if job.status != "completed":
-        raise ApiError(
-            409,
-            "not_ready",
-            f"the job is {job.status.value}; artifacts exist only for completed jobs",
-        )
     filename, content_type = ARTIFACTS[name]
+    if variant:
+        run = _quick_run_of(job)
+        key = artifact_key(job.id, filename, run)
+        filename = f"{QUICK_VARIANT}-{filename}"
+    else:
+        if job.status != "completed":
+            raise ApiError(
+                409,
+                "not_ready",
+                f"the job is {job.status.value}; artifacts exist only for completed jobs",
+            )
+        key = artifact_key(job.id, filename, job.artifact_run)
+    return await _serve_object(request, job.id, key, filename, content_type)
+
+
+def _quick_run_of(job: JobRecord) -> str:
+    """The folder of a progressive job's quick result, from its reconstruct ledger record
+    (written by the advance that sent `preview_ready`): 404 for a job that never asked for
+    one or ended without one, 409 `not_ready` while it may still come."""
+    if job.params.get("progressive") is not True:
+        raise ApiError(
+            404, "not_found", "no quick result: the job was not submitted with progressive"
+        )
+    record = job.ledger.get(PipelineStage.RECONSTRUCT)
+    run = record.facts.get("quick_run", "") if record is not None else ""
+    if record is not None and record.status is StageStatus.SUCCEEDED and is_quick_run(run):
+        return run
+    if job.status in TERMINAL:
+        raise ApiError(404, "not_found", f"the job is {job.status.value} without a quick result")
+    raise ApiError(
+        409, "not_ready", f"the quick result is not ready yet (the job is {job.status.value})"
+    )
+
+
+async def _serve_object(
+    request: web.Request, job_id: str, key: str, filename: str, content_type: str
+) -> web.StreamResponse:
     storage = request.app[STORAGE]
-    key = artifact_key(job.id, filename, job.artifact_run)
     presign = getattr(storage, "presigned_get_url", None)
     if presign is not None:
         return web.Response(status=302, headers={"Location": await presign(key, filename=filename)})
@@ -494,7 +544,7 @@ async def get_artifact(request: web.Request) -> web.StreamResponse:
             path,
             headers={
                 "Content-Type": content_type,
-                "Content-Disposition": f'attachment; filename="{job.id}-{filename}"',
+                "Content-Disposition": f'attachment; filename="{job_id}-{filename}"',
             },
         )
     try:

@@ -21,7 +21,7 @@ from splatq.services.gateway.problems import ApiError, invalid_request
 from splatq.shared.engine.events import EventType
 from splatq.shared.webhooks.ssrf import UrlRejected, check_url
 
-PARAMS = frozenset({"quality", "webhook_url", "webhook_events", "metadata", "cache"})
+PARAMS = frozenset({"quality", "webhook_url", "webhook_events", "metadata", "cache", "progressive"})
 FORM_PARTS = frozenset({"image", "image_url", "params"})
 QUALITIES = ("preview", "full")
 MAX_METADATA_BYTES = 4096
@@ -38,15 +38,24 @@ class Params:
     webhook_events: tuple[str, ...] = ()
     metadata: dict[str, Any] | None = None
     cache: bool = True
+    # A full job's quick preview-resolution result first (`preview_ready`); always False on
+    # a preview job (accepted there and ignored: a preview job is the quick result).
+    progressive: bool = False
 
     def canonical(self) -> dict[str, Any]:
-        return {
+        """The params as stored with the job (the job hash's `params`) and fingerprinted.
+        `progressive` appears only when on, so a request without it fingerprints as it did
+        before the param existed (an Idempotency-Key retry across an upgrade still matches)."""
+        out: dict[str, Any] = {
             "quality": self.quality,
             "webhook_url": self.webhook_url,
             "webhook_events": sorted(self.webhook_events),
             "metadata": self.metadata or {},
             "cache": self.cache,
         }
+        if self.progressive:
+            out["progressive"] = True
+        return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,7 +105,17 @@ def parse_params(raw: Any, allow_private_webhooks: bool = False) -> Params:
     cache = raw.get("cache", True)
     if not isinstance(cache, bool):
         raise invalid_request("cache must be true or false")
-    return Params(quality, webhook_url, tuple(dict.fromkeys(events)), metadata, cache)
+    progressive = raw.get("progressive", False)
+    if not isinstance(progressive, bool):
+        raise invalid_request("progressive must be true or false")
+    return Params(
+        quality,
+        webhook_url,
+        tuple(dict.fromkeys(events)),
+        metadata,
+        cache,
+        progressive=progressive and quality == "full",
+    )
 
 
 def check_webhook_url(url: Any, allow_private: bool, field: str = "webhook_url") -> str:

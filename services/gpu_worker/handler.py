@@ -44,6 +44,7 @@ from splatq.shared.images.headers import DecodeLimits
 from splatq.shared.settings import Settings
 from splatq.shared.storage.store import (
     ARTIFACT_FILES,
+    QUICK_VARIANT,
     Storage,
     artifact_prefix,
     artifact_run,
@@ -77,6 +78,11 @@ def select_device(setting: str) -> torch.device:
 
 def artifact_url(base_url: str, job_id: str, name: str) -> str:
     return f"{base_url}/v1/jobs/{job_id}/artifacts/{name}"
+
+
+def quick_artifact_url(base_url: str, job_id: str, name: str) -> str:
+    """A progressive job's quick-result artifact (the gateway's `?variant=quick`)."""
+    return f"{artifact_url(base_url, job_id, name)}?variant={QUICK_VARIANT}"
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,12 +12,21 @@ already holds a success for the same digest skips its work (a redrive resumes wh
 failed), and one whose outputs an earlier run finished writing reuses them (a retried export
 never runs the forward pass again). Only publish writes where users look, and its commit is
 fenced by the run's lease token, so a stale run can never replace a newer result.
+
+Progressive jobs (a full job with `progressive: true`): ingest also stores the image at the
+preview resolution; reconstruct runs it through the preview batcher beside the full pass,
+writes the quick result's files (verified, temporary then renamed) to the job's folder
+`quick-<stage digest>` and returns its StageDone with `preview_ready`, which advance.lua
+emits with the stage's advance -- once, with the one advance that commits.
 """
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
 import hashlib
 import io
+import time
 from collections.abc import Mapping
 
 import structlog
@@ -26,6 +35,7 @@ import torch
 from splatq.services.gpu_worker.artifacts import (
     EncodedArtifacts,
     discard_all,
+    encode_artifacts,
     encode_files,
     preview_size,
     publish,
@@ -38,20 +48,35 @@ from splatq.services.gpu_worker.handler import (
     GpuJobHandler,
     InputMissing,
     artifact_url,
+    quick_artifact_url,
     select_device,
 )
 from splatq.services.gpu_worker.images import decode_image
 from splatq.services.gpu_worker.metrics import GpuMetrics
 from splatq.services.gpu_worker.model import ReconstructionModel, load_model
-from splatq.shared.engine.errors import PermanentError
+from splatq.shared.engine import events
+from splatq.shared.engine.errors import (
+    JobCanceled,
+    LeaseLost,
+    PermanentError,
+    SplatqError,
+    TransientError,
+)
+from splatq.shared.engine.events import EventType
 from splatq.shared.engine.jobs import JobOutcome, StageDone
 from splatq.shared.engine.keys import StreamName
-from splatq.shared.engine.stages import PipelineStage, stage_digest
+from splatq.shared.engine.stages import PipelineStage, StageRecord, stage_digest
 from splatq.shared.engine.worker import JobContext, JobHandler
 from splatq.shared.images.headers import DecodeLimits
 from splatq.shared.settings import Settings
 from splatq.shared.storage.intermediates import IntermediateStore, StageWork, facts_int
-from splatq.shared.storage.store import ARTIFACT_FILES, Storage, open_storage
+from splatq.shared.storage.store import (
+    ARTIFACT_FILES,
+    Storage,
+    artifact_key,
+    open_storage,
+    quick_run,
+)
 
 log = structlog.get_logger("splatq.stages")
 
@@ -59,6 +84,8 @@ log = structlog.get_logger("splatq.stages")
 INGEST_VERSION = "ingest-1"
 EXPORT_VERSION = "export-1"
 RENDER_VERSION = "render-1"
+# The ingest output a progressive job's quick pass reads (the image at preview resolution).
+QUICK_IMAGE = "quick_image.pt"
 
 
 def tensor_bytes(tensors: Mapping[str, torch.Tensor]) -> bytes:
@@ -169,6 +196,12 @@ class StageHandlers:
     def _quality(ctx: JobContext) -> str:
         return ctx.job.quality if ctx.job.quality in QUALITIES else "full"
 
+    @classmethod
+    def _progressive(cls, ctx: JobContext) -> bool:
+        """A full job that asked for a quick result first (`progressive: true`; ignored on a
+        preview job, which is quick already)."""
+        return cls._quality(ctx) == "full" and ctx.job.params.get("progressive") is True
+
     # -- the stages --------------------------------------------------------------------
 
     async def ingest(self, ctx: JobContext) -> StageDone:
@@ -177,34 +210,141 @@ class StageHandlers:
         if not ctx.job.input_ref:
             raise InputMissing("the job has no input image")
         source = ctx.job.input_sha256 or ctx.job.input_ref
-        digest = stage_digest(INGEST_VERSION, source, str(resolution))
+        # A progressive job's ingest also stores the image at the preview resolution, for
+        # reconstruct's quick pass (and its digest says so: its outputs differ).
+        quick = self._progressive(ctx)
+        quick_resolution = self.model.input_resolution("preview") if quick else 0
+        parts = [INGEST_VERSION, source, str(resolution)]
+        if quick:
+            parts += ["quick", str(quick_resolution)]
+        digest = stage_digest(*parts)
 
         async def work() -> tuple[dict[str, bytes], dict[str, str]]:
             data = await self.storage.get_bytes(ctx.job.input_ref)
             image = await ctx.run_blocking(decode_image, data, resolution, self.decode_limits)
-            blob = await ctx.run_blocking(tensor_bytes, {"image": image})
-            return {"image.pt": blob}, {"resolution": str(resolution)}
+            files = {"image.pt": await ctx.run_blocking(tensor_bytes, {"image": image})}
+            facts = {"resolution": str(resolution)}
+            if quick:
+                small = await ctx.run_blocking(
+                    decode_image, data, quick_resolution, self.decode_limits
+                )
+                files[QUICK_IMAGE] = await ctx.run_blocking(tensor_bytes, {"image": small})
+                facts["quick_resolution"] = str(quick_resolution)
+            return files, facts
 
-        return await self._stage(ctx, PipelineStage.INGEST, digest, ("image.pt",), work)
+        names = ("image.pt", QUICK_IMAGE) if quick else ("image.pt",)
+        return await self._stage(ctx, PipelineStage.INGEST, digest, names, work)
 
     async def reconstruct(self, ctx: JobContext) -> StageDone:
         quality = self._quality(ctx)
         source = self.store.upstream(ctx.job, PipelineStage.INGEST)
         digest = stage_digest(source.digest, self.model.version, quality)
+        stage = PipelineStage.RECONSTRUCT
+        quick = self._progressive(ctx) and QUICK_IMAGE in source.outputs
+        # The quick result's folder is named by the digest the stage's outputs are stored
+        # under (a redrive's rerun nonce included), so a retried run writes the same one.
+        effective = self.store.effective_digest(ctx.job, stage, digest)
+        # A success for these inputs in the ledger: its advance committed, and with it the
+        # preview_ready event, already.
+        announced = self.store.recorded(ctx.job, stage, effective)
+
+        async def full_pass(image: torch.Tensor) -> Gaussians:
+            return await self.gpu.infer_one(ctx, image, quality, int(image.shape[-1]))
 
         async def work() -> tuple[dict[str, bytes], dict[str, str]]:
             blob = await self.store.read(source, "image.pt")
             image = (await ctx.run_blocking(bytes_tensors, blob))["image"]
             resolution = int(image.shape[-1])
-            gaussians = await self.gpu.infer_one(ctx, image, quality, resolution)
+            facts: dict[str, str] = {}
+            if quick:
+                # Both passes at once: the quick one goes through the preview batcher (the
+                # interactive class, first on the device), its encoding and rendering
+                # overlap the full pass. (Not a TaskGroup: its ExceptionGroup would hide the
+                # error's code from the worker's retry decision.)
+                quick_task = asyncio.create_task(
+                    self._quick_or_none(ctx, source, quick_run(effective))
+                )
+                try:
+                    gaussians = await full_pass(image)
+                except BaseException:
+                    quick_task.cancel()
+                    await asyncio.wait([quick_task])
+                    if not quick_task.cancelled():
+                        quick_task.exception()  # retrieved: the full pass's error wins
+                    raise
+                facts.update(await quick_task)
+            else:
+                gaussians = await full_pass(image)
             blob = await ctx.run_blocking(gaussians_bytes, gaussians)
-            return {"gaussians.pt": blob}, {
-                "gaussian_count": str(gaussians.count),
-                "resolution": str(resolution),
-                "model": self.model.version,
-            }
+            facts.update(
+                gaussian_count=str(gaussians.count),
+                resolution=str(resolution),
+                model=self.model.version,
+            )
+            return {"gaussians.pt": blob}, facts
 
-        return await self._stage(ctx, PipelineStage.RECONSTRUCT, digest, ("gaussians.pt",), work)
+        done = await self._stage(ctx, stage, digest, ("gaussians.pt",), work)
+        if not quick or announced:
+            return done
+        return await self._announce_quick(ctx, done)
+
+    async def _quick_or_none(
+        self, ctx: JobContext, source: StageRecord, run: str
+    ) -> dict[str, str]:
+        """The quick result, or (it failed for good) none: it is an extra, and the full
+        result goes on without it (no preview_ready). A transient failure, a cancel or a lost
+        lease end the stage's run as usual (a retry does both passes again)."""
+        try:
+            return await self._quick_result(ctx, source, run)
+        except (TransientError, JobCanceled, LeaseLost):
+            raise
+        except Exception as exc:
+            code = exc.code if isinstance(exc, SplatqError) else type(exc).__name__
+            ctx.log.exception("stage.quick_result_failed", code=code)
+            return {}
+
+    async def _quick_result(self, ctx: JobContext, source: StageRecord, run: str) -> dict[str, str]:
+        """A progressive job's quick result: the preview-resolution image through the preview
+        batcher, encoded and rendered like the full result, verified and committed into the
+        job's folder `run` (each file written temporary, then renamed). Returns the facts
+        that name it; the reconstruct stage's advance announces it (preview_ready)."""
+        started = time.monotonic()
+        blob = await self.store.read(source, QUICK_IMAGE)
+        image = (await ctx.run_blocking(bytes_tensors, blob))["image"]
+        resolution = int(image.shape[-1])
+        gaussians = await self.gpu.infer_one(ctx, image, "preview", resolution)
+        camera = self.model.input_camera(resolution)
+        encoded = await ctx.run_blocking(encode_artifacts, gaussians, camera)
+        staged = await stage_and_verify(self.storage, ctx.job.id, encoded, run)
+        await publish(self.storage, staged)
+        ms = round((time.monotonic() - started) * 1000)
+        ctx.log.info("stage.quick_result", run=run, resolution=resolution, duration_ms=ms)
+        return {
+            "quick_run": run,
+            "quick_resolution": str(resolution),
+            "quick_gaussian_count": str(encoded.gaussian_count),
+            "quick_ms": str(ms),
+        }
+
+    async def _announce_quick(self, ctx: JobContext, done: StageDone) -> StageDone:
+        """The reconstruct StageDone with `preview_ready` to go out with its advance (once:
+        advance.lua emits it only with the advance that commits). Without it when the quick
+        files are gone (retention) -- the full result still follows."""
+        run = done.facts.get("quick_run", "")
+        if not run:
+            return done  # the quick result failed (logged then)
+        keys = [artifact_key(ctx.job.id, f, run) for f in ARTIFACT_FILES.values()]
+        if not await self.store.all_exist(keys):
+            ctx.log.warning("stage.quick_result_missing", run=run)
+            return done
+        base = self.settings.public_base_url
+        extra = events.preview_ready_fields(
+            done.facts.get("model", "") or self.model.version,
+            facts_int(done.facts, "quick_ms"),
+            facts_int(done.facts, "quick_resolution"),
+            {name: quick_artifact_url(base, ctx.job.id, name) for name in ARTIFACT_FILES},
+        )
+        return dataclasses.replace(done, also_event=EventType.PREVIEW_READY.value, also_extra=extra)
 
     async def export(self, ctx: JobContext) -> StageDone:
         source = self.store.upstream(ctx.job, PipelineStage.RECONSTRUCT)

@@ -121,6 +121,7 @@ class SplatqClient:
         webhook_events: Sequence[str] | None = None,
         metadata: Mapping[str, Any] | None = None,
         cache: bool = True,
+        progressive: bool = False,
         idempotency_key: str | None = None,
     ) -> Job:
         """POST /v1/jobs (multipart). The job: queued (202) or already completed (cached).
@@ -129,7 +130,9 @@ class SplatqClient:
         both. `wait_s=N` sends `Prefer: wait=N`: the gateway answers once the job ended (200,
         the final job) or after N seconds (at most its bound, 60 s by default; then the queued
         or running job, as without it). Without `idempotency_key` one is made for this call,
-        so a retried submit (a lost reply, 503) can never queue the image twice."""
+        so a retried submit (a lost reply, 503) can never queue the image twice.
+        `progressive=True` (a full job): a quick preview-resolution result first, announced
+        by a `preview_ready` event (`download(..., variant="quick")` saves its files)."""
         if (image is None) == (image_url is None):
             raise ValueError("submit takes an image or an image_url, exactly one of them")
         if image_url == "":
@@ -144,6 +147,8 @@ class SplatqClient:
             params["webhook_events"] = list(webhook_events)
         if metadata:
             params["metadata"] = dict(metadata)
+        if progressive:
+            params["progressive"] = True  # sent only when on: older gateways refuse it
         encoded = orjson.dumps(params).decode()
         content_type = mimetypes.guess_type(name)[0] or "application/octet-stream"
 
@@ -289,10 +294,17 @@ class SplatqClient:
                 return job
             return await self.wait(job.id, on_event, poll_interval_s=poll_interval_s)
 
-    async def download(self, job_id: str, name: str, dest_dir: Path) -> Path:
-        """Save one artifact (follows a presigned redirect); returns the file's path."""
-        dest = dest_dir / ARTIFACT_FILES[name]
-        _, body = await self._request("GET", f"/v1/jobs/{job_id}/artifacts/{name}", safe=True)
+    async def download(
+        self, job_id: str, name: str, dest_dir: Path, *, variant: str | None = None
+    ) -> Path:
+        """Save one artifact (follows a presigned redirect); returns the file's path.
+        `variant="quick"`: the progressive job's quick result, saved as `quick-<file>` so it
+        never overwrites the full result's file in the same folder."""
+        filename = ARTIFACT_FILES[name]
+        dest = dest_dir / (f"{variant}-{filename}" if variant else filename)
+        query = {"variant": variant} if variant else None
+        path = f"/v1/jobs/{job_id}/artifacts/{name}"
+        _, body = await self._request("GET", path, safe=True, params=query)
         await asyncio.to_thread(_write_atomically, dest, body)
         return dest
 

@@ -117,8 +117,10 @@ class SyncSplatqClient:
             if not self._closed:
                 self._run(stream.aclose())
 
-    def download(self, job_id: str, name: str, dest_dir: Path) -> Path:
-        return self._run(self._client.download(job_id, name, dest_dir))
+    def download(
+        self, job_id: str, name: str, dest_dir: Path, *, variant: str | None = None
+    ) -> Path:
+        return self._run(self._client.download(job_id, name, dest_dir, variant=variant))
 
     def close(self) -> None:
         if self._closed:

@@ -63,5 +63,20 @@ def completed_fields(model: str, compute_time_ms: int, artifacts: Mapping[str, s
     )
 
 
+def preview_ready_fields(
+    model: str, compute_time_ms: int, resolution: int, artifacts: Mapping[str, str]
+) -> str:
+    """A progressive full job's quick result: its artifacts' URLs (as in `completed`), the
+    model, how long the quick result took (ms) and the input resolution it was made at."""
+    return _members(
+        {
+            "model": model,
+            "compute_time_ms": compute_time_ms,
+            "resolution": resolution,
+            "artifacts": dict(artifacts),
+        }
+    )
+
+
 def failed_fields(code: str, message: str, retryable: bool) -> str:
     return _members({"error_code": code, "message": message, "retryable": retryable})

@@ -51,15 +51,11 @@ class IntermediateStore:
         names: tuple[str, ...],
         work: StageWork,
     ) -> StageDone:
-        rerun = job.reruns.get(stage.value)
-        if rerun:
-            # a redrive from this stage (or an earlier one) asked for a fresh run
-            digest = stage_digest(digest, "rerun", rerun)
+        digest = self.effective_digest(job, stage, digest)
         done = job.ledger.get(stage)
         if (
             done is not None
-            and done.status is StageStatus.SUCCEEDED
-            and done.digest == digest
+            and self.recorded(job, stage, digest)
             and await self.all_exist(done.outputs.values())
         ):
             log.info("stage.skipped", job_id=job.id, stage=stage.value, reason="ledger")
@@ -79,6 +75,23 @@ class IntermediateStore:
         return StageDone(
             digest, keys, work_ms=round((time.monotonic() - started) * 1000), facts=facts
         )
+
+    @staticmethod
+    def effective_digest(job: JobRecord, stage: PipelineStage, digest: str) -> str:
+        """The digest a stage's outputs are stored under: its inputs' digest, with the nonce
+        of a redrive that asked this stage to run again (`rerun.<stage>`)."""
+        rerun = job.reruns.get(stage.value)
+        if rerun:
+            # a redrive from this stage (or an earlier one) asked for a fresh run
+            return stage_digest(digest, "rerun", rerun)
+        return digest
+
+    @staticmethod
+    def recorded(job: JobRecord, stage: PipelineStage, digest: str) -> bool:
+        """The job's ledger holds a success of `stage` for this (effective) digest: the
+        stage's advance committed for these inputs already."""
+        done = job.ledger.get(stage)
+        return done is not None and done.status is StageStatus.SUCCEEDED and done.digest == digest
 
     async def all_exist(self, keys: Iterable[str]) -> bool:
         for key in keys:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import os
+import re
 import secrets
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
@@ -272,6 +273,25 @@ def artifact_key(job_id: str, filename: str, run: str = "") -> str:
     if run:
         return f"{artifact_prefix(job_id)}/{run}/{filename}"
     return f"{artifact_prefix(job_id)}/{filename}"
+
+
+# A progressive job's quick (preview-resolution) result: a folder of the job's own, named by
+# the digest of the reconstruct stage that made it (content-addressed: a retried stage
+# writes the same folder again; a redrive that reruns the stage gets a new one). The job's
+# reconstruct ledger record names it (`facts.quick_run`), which is how the gateway finds it.
+QUICK_RUN_PREFIX = "quick-"
+# The artifact route's `variant` that serves it (`/v1/jobs/{id}/artifacts/{name}?variant=quick`).
+QUICK_VARIANT = "quick"
+_QUICK_RUN_RE = re.compile(r"quick-[0-9a-f]{16}")
+
+
+def quick_run(stage_digest: str) -> str:
+    return f"{QUICK_RUN_PREFIX}{stage_digest[:16]}"
+
+
+def is_quick_run(run: str) -> bool:
+    """A folder name `quick_run` makes (the gateway serves only such folders as quick)."""
+    return bool(_QUICK_RUN_RE.fullmatch(run))
 
 
 def intermediate_prefix(job_id: str) -> str:
