@@ -24,7 +24,7 @@ from splatq.shared import __version__
 from splatq.shared.engine.jobs import JobRecord
 from splatq.shared.engine.keys import STREAMS
 from splatq.shared.engine.queue import JobQueue
-from splatq.shared.engine.stages import ALL_STAGES, FIRST_STAGE
+from splatq.shared.engine.stages import ALL_STAGES, FIRST_STAGE, PIPELINE
 from splatq.shared.engine.states import JobStatus
 from splatq.shared.tenant_metrics import TenantMetrics
 
@@ -167,8 +167,9 @@ class QueueMetrics:
     async def sample(
         self, queue: JobQueue, partitions: tuple[int, ...], staged: bool = False
     ) -> None:
-        """Refresh the gauges that mirror Redis state (called periodically); `staged`: the
-        pipeline stages' gauges too."""
+        """Refresh the gauges that mirror Redis state (called periodically), the pipeline
+        stages' included (`staged` is accepted for callers that say so; every sampler reads
+        the stages, so a gateway and a worker report the same)."""
         # The entry streams' gauges read the same whoever samples them: a staged worker's own
         # queue reads its stage's streams (a GPU pod's is reconstruct's), so go through the
         # first stage's queue, which reads the entry streams.
@@ -196,6 +197,11 @@ class QueueMetrics:
                 self.oldest_waiting_age.labels(stream.value, label).set(
                     max(s.oldest_waiting_age_s, fair.oldest_waiting_age_s)
                 )
+            # jobs between stages or in a later one are queued or processing too (every
+            # sampler reads every stage, so all report the same values: max() across them)
+            later_waiting, later_running = await self._sample_stages(queue, p)
+            waiting += later_waiting
+            running += later_running
             counts = await queue.partition_counts(p)
             self.jobs_in_state.labels(JobStatus.QUEUED.value, label).set(waiting)
             self.jobs_in_state.labels(JobStatus.PROCESSING.value, label).set(running)
@@ -204,24 +210,27 @@ class QueueMetrics:
             self.dead_letter_length.labels(label).set(counts["dead_letters"])
             self.events_length.labels(label).set(counts["events"])
             self.lost_entries.labels(label).set(counts["lost_entries"])
-            if staged:
-                await self._sample_stages(queue, p)
 
-    async def _sample_stages(self, queue: JobQueue, partition: int) -> None:
+    async def _sample_stages(self, queue: JobQueue, partition: int) -> tuple[int, int]:
+        """Set the stage gauges; returns the jobs waiting and running in the job stages after
+        the first (the entry streams are counted by the caller; cleanup is not a job's)."""
         label = str(partition)
+        later_waiting = later_running = 0
         for stage in ALL_STAGES:
             stage_queue = queue.for_stage(stage)
             for stream in STREAMS:
-                s = await stage_queue.stream_stats(partition, stream)
-                depth = max(s.length - s.pending, 0)
-                oldest = s.oldest_waiting_age_s
+                depth, running, oldest = await stage_queue.lane_stats(partition, stream)
                 if stage == FIRST_STAGE:
                     fair = await queue.waiting(partition, stream)
                     depth += fair.waiting
                     oldest = max(oldest, fair.oldest_waiting_age_s)
+                elif stage in PIPELINE:
+                    later_waiting += depth
+                    later_running += running
                 self.stage_depth.labels(stage.value, stream.value, label).set(depth)
-                self.stage_running.labels(stage.value, stream.value, label).set(s.pending)
+                self.stage_running.labels(stage.value, stream.value, label).set(running)
                 self.stage_oldest_waiting_age.labels(stage.value, stream.value, label).set(oldest)
+        return later_waiting, later_running
 
 
 @dataclass(frozen=True, slots=True)

@@ -94,3 +94,38 @@ async def test_a_staged_worker_samples_the_entry_gauges_as_the_gateway_does(
                 assert theirs == sample.value, sample
     assert value(gpu, "splatq_stage_depth", stage="ingest", **where) == 1
     assert value(gpu, "splatq_stage_depth", stage="reconstruct", **where) == 0
+
+
+async def test_a_job_between_stages_is_counted_as_queued_by_every_sampler(
+    redis_server: RedisServer, queue: JobQueue
+) -> None:
+    """A job that left ingest and waits for reconstruct is still a queued job: the gateway's
+    sampler (which runs no stage) counts it, and in the reconstruct stage's depth."""
+    from splatq.shared.engine.keys import StreamName  # noqa: PLC0415
+    from splatq.shared.engine.queue import Advance  # noqa: PLC0415
+
+    settings = engine_settings(redis_server.url, fair_scheduling=False)
+    entry = JobQueue(queue.redis, settings)
+    job_id = (await entry.enqueue(spec())).job_id
+    ingest = entry.for_stage(PipelineStage.INGEST)
+    [taken] = await ingest.take(0, {StreamName.INTERACTIVE: 1}, 0, "c1")
+    status, _ = await ingest.advance(
+        Advance(
+            job_id,
+            StreamName.INTERACTIVE,
+            taken.entry.entry_id,
+            taken.token,
+            "ingest",
+            "reconstruct",
+            '{"status":"succeeded"}',
+            0.2,
+            '"stage":"ingest"',
+        )
+    )
+    assert status == "ok"
+    gateway = CollectorRegistry()
+    await QueueMetrics.create(gateway).sample(entry, (0,))
+    assert value(gateway, "splatq_jobs_in_state", state="queued", partition="0") == 1
+    where = {"stream": "interactive", "partition": "0"}
+    assert value(gateway, "splatq_stage_depth", stage="reconstruct", **where) == 1
+    assert value(gateway, "splatq_queue_depth", **where) == 0
