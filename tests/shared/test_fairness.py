@@ -174,6 +174,28 @@ async def test_a_canceled_waiting_job_is_dropped_and_nothing_stays_counted(
     await assert_bookkeeping_clean(redis, queue)
 
 
+async def test_a_corrupt_waiting_job_is_dead_lettered_and_the_feed_goes_on(
+    redis: Redis, queue: JobQueue
+) -> None:
+    """A waiting job whose key holds another type (corrupt data) cannot be read: the feed
+    moves it to the dead-letter stream instead of failing every take, and serves the rest."""
+    ids = [(await queue.enqueue(full("A", i), max_tenant_backlog=10)).job_id for i in range(3)]
+    backlog = f"{queue.keys.tag(0)}:backlog:synthesis:A"
+    assert await redis.zcard(backlog) == 3  # each counts against the tenant's share
+    await redis.delete(queue.keys.job(ids[1]))
+    await redis.set(queue.keys.job(ids[1]), "not a hash")
+    taken: list[Taken] = []
+    for _ in range(4):
+        taken.extend(await take_one(queue))
+    assert [t.job.id for t in taken if t.job] == [ids[0], ids[2]]
+    [letter] = await queue.dead_letters(0)
+    assert letter.job_id == ids[1]
+    assert letter.reason == "corrupt_job_record"
+    assert "WRONGTYPE" in letter.fields["detail"]
+    assert await redis.zscore(queue.keys.fair_waiting(0, StreamName.SYNTHESIS), ids[1]) is None
+    assert await redis.zscore(backlog, ids[1]) is None  # its share is free again
+
+
 async def test_overload_counts_waiting_jobs(queue: JobQueue) -> None:
     """The stream's backlog bound counts jobs waiting in tenant queues, not only the stream."""
     for i in range(3):

@@ -214,7 +214,17 @@ local function fair_feed(tag, stream_name, stream_key, n, quantum, stream_maxlen
         else
           taken[#taken + 1] = job_id
           local job_key = tag .. ':job:' .. job_id
-          local jf = redis.call('HMGET', job_key, 'fq', 'trace_id', 'claim_key')
+          local jf = redis.pcall('HMGET', job_key, 'fq', 'trace_id', 'claim_key')
+          if jf.err then
+            -- a job key holding another type (corrupt data): the job cannot be read or
+            -- started; it leaves its queue for the dead-letter stream, no charge
+            redis.call('XADD', tag .. ':dlq:jobs', 'MAXLEN', '~', 100000, '*', 'job', job_id,
+              'entry', '', 'stream', stream_name, 'reason', 'corrupt_job_record',
+              'detail', 'unreadable job record: ' .. tostring(jf.err), 'at_ms', now_ms())
+            -- its place in the tenant's backlog share (backlog_key's name, built inline)
+            redis.call('ZREM', tag .. ':backlog:' .. stream_name .. ':' .. t, job_id)
+            jf = {}
+          end
           -- fq is no longer '1' when the job was canceled while it waited: dropped, no charge
           if jf[1] == '1' then
             local entry_id = redis.call('XADD', stream_key, 'MAXLEN', '~', stream_maxlen, '*',
