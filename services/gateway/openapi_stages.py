@@ -88,8 +88,8 @@ PREVIEW_READY_DESCRIPTION = (
     "preview resolution (`resolution`), encoded and rendered like the full result; "
     "`data.artifacts` as in `completed`, each URL with `?variant=quick`. Sent once per job "
     "(again only after a redrive that runs reconstruct again), only for a full job "
-    "submitted with `progressive: true` and run by the staged pipeline, together with the "
-    "`progress` event of the reconstruct stage's success, so before `completed`. Not a "
+    "submitted with `progressive: true` and run by the staged pipeline, the moment the quick "
+    "files are committed (while the full pass may still run), so before `completed`. Not a "
     "terminal event: the full result follows as usual (`completed`, or `failed`/`canceled`; "
     "the quick result stays downloadable either way)."
 )

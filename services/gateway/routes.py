@@ -510,13 +510,15 @@ async def get_artifact(request: web.Request) -> web.StreamResponse:
 
 
 def _quick_run_of(job: JobRecord) -> str:
-    """The folder of a progressive job's quick result, from its reconstruct ledger record
-    (written by the advance that sent `preview_ready`): 404 for a job that never asked for
-    one or ended without one, 409 `not_ready` while it may still come."""
+    """The folder of a progressive job's quick result: the job's `quick_run` (written with
+    `preview_ready`, by announce.lua), else its reconstruct ledger record's; 404 for a job
+    that never asked for one or ended without one, 409 `not_ready` while it may still come."""
     if job.params.get("progressive") is not True:
         raise ApiError(
             404, "not_found", "no quick result: the job was not submitted with progressive"
         )
+    if is_quick_run(job.quick_run):
+        return job.quick_run
     record = job.ledger.get(PipelineStage.RECONSTRUCT)
     run = record.facts.get("quick_run", "") if record is not None else ""
     if record is not None and record.status is StageStatus.SUCCEEDED and is_quick_run(run):

@@ -23,7 +23,6 @@ emits with the stage's advance -- once, with the one advance that commits.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import hashlib
 import io
 import time
@@ -244,9 +243,6 @@ class StageHandlers:
         # The quick result's folder is named by the digest the stage's outputs are stored
         # under (a redrive's rerun nonce included), so a retried run writes the same one.
         effective = self.store.effective_digest(ctx.job, stage, digest)
-        # A success for these inputs in the ledger: its advance committed, and with it the
-        # preview_ready event, already.
-        announced = self.store.recorded(ctx.job, stage, effective)
 
         async def full_pass(image: torch.Tensor) -> Gaussians:
             return await self.gpu.infer_one(ctx, image, quality, int(image.shape[-1]))
@@ -284,9 +280,11 @@ class StageHandlers:
             return {"gaussians.pt": blob}, facts
 
         done = await self._stage(ctx, stage, digest, ("gaussians.pt",), work)
-        if not quick or announced:
-            return done
-        return await self._announce_quick(ctx, done)
+        if quick:
+            # a run that reused stored outputs (a retry, a redrive) announces what an earlier
+            # run could not (it died between its commit of the files and its announce)
+            await self._announce_quick(ctx, done.facts)
+        return done
 
     async def _quick_or_none(
         self, ctx: JobContext, source: StageRecord, run: str
@@ -319,32 +317,38 @@ class StageHandlers:
         await publish(self.storage, staged)
         ms = round((time.monotonic() - started) * 1000)
         ctx.log.info("stage.quick_result", run=run, resolution=resolution, duration_ms=ms)
-        return {
+        facts = {
             "quick_run": run,
             "quick_resolution": str(resolution),
             "quick_gaussian_count": str(encoded.gaussian_count),
             "quick_ms": str(ms),
+            "model": self.model.version,
         }
+        # Announced at once, while the full pass may still run: the point of a quick result.
+        await self._announce_quick(ctx, facts)
+        return facts
 
-    async def _announce_quick(self, ctx: JobContext, done: StageDone) -> StageDone:
-        """The reconstruct StageDone with `preview_ready` to go out with its advance (once:
-        advance.lua emits it only with the advance that commits). Without it when the quick
-        files are gone (retention) -- the full result still follows."""
-        run = done.facts.get("quick_run", "")
+    async def _announce_quick(self, ctx: JobContext, facts: Mapping[str, str]) -> None:
+        """`preview_ready` for the committed quick result named by `facts`, from inside the
+        run (announce.lua: fenced by the lease, once per job), recording the folder in the
+        job (`quick_run`) in the same step so its URLs work at once. Nothing when the quick
+        result failed (logged then) or its files are gone (retention)."""
+        run = facts.get("quick_run", "")
         if not run:
-            return done  # the quick result failed (logged then)
+            return
         keys = [artifact_key(ctx.job.id, f, run) for f in ARTIFACT_FILES.values()]
         if not await self.store.all_exist(keys):
             ctx.log.warning("stage.quick_result_missing", run=run)
-            return done
+            return
         base = self.settings.public_base_url
         extra = events.preview_ready_fields(
-            done.facts.get("model", "") or self.model.version,
-            facts_int(done.facts, "quick_ms"),
-            facts_int(done.facts, "quick_resolution"),
+            facts.get("model", "") or self.model.version,
+            facts_int(facts, "quick_ms"),
+            facts_int(facts, "quick_resolution"),
             {name: quick_artifact_url(base, ctx.job.id, name) for name in ARTIFACT_FILES},
         )
-        return dataclasses.replace(done, also_event=EventType.PREVIEW_READY.value, also_extra=extra)
+        if await ctx.announce(EventType.PREVIEW_READY.value, extra, {"quick_run": run}):
+            ctx.log.info("stage.preview_ready", run=run)
 
     async def export(self, ctx: JobContext) -> StageDone:
         source = self.store.upstream(ctx.job, PipelineStage.RECONSTRUCT)

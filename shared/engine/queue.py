@@ -693,6 +693,26 @@ class JobQueue:
             return ("transient" if is_transient_reply(reply) else "error", str(reply))
         return str(reply[0]), str(reply[1]) if len(reply) > 1 else ""
 
+    async def announce(
+        self,
+        job_id: str,
+        token: str,
+        event: str,
+        extra: str,
+        fields: Mapping[str, str] | None = None,
+    ) -> str:
+        """A running job's one-off event (announce.lua): 'ok' | 'already' | 'lease_lost'."""
+        partition = partition_of(job_id)
+        args: list[Arg] = [token, event, new_event_id(), self.settings.events_maxlen, extra]
+        for name, value in (fields or {}).items():
+            args.extend((name, value))
+        reply = await self.scripts.run(
+            ScriptCall(Script.ANNOUNCE, [self.keys.job(job_id), self.keys.events(partition)], args),
+            resend_for_s=5.0,
+        )
+        _raise_on_error(reply)
+        return str(reply[0])
+
     async def wait_for_new(
         self, partition: int, streams: Sequence[StreamName], consumer: str, block_ms: int
     ) -> list[StreamEntry]:

@@ -63,6 +63,7 @@ class Script(StrEnum):
     FINISH = "finish"
     ADVANCE = "advance"
     CLEANUP_DONE = "cleanup_done"
+    ANNOUNCE = "announce"
     RECLAIM = "reclaim"
     PROMOTE = "promote"
     CANCEL = "cancel"
@@ -105,7 +106,8 @@ class Script(StrEnum):
 # Everything else is memoized: a resend must answer what the first execution did.
 _REPLAY_SAFE = frozenset({
     Script.RENEW, Script.PRUNE_CONSUMERS, Script.WH_EP_GATE, Script.ENQUEUE, Script.FINISH,
-    Script.ADVANCE, Script.CLEANUP_DONE, Script.TAKE, Script.FLEET_TICK, Script.RATE_LIMIT,
+    Script.ADVANCE, Script.CLEANUP_DONE, Script.ANNOUNCE, Script.TAKE, Script.FLEET_TICK,
+    Script.RATE_LIMIT,
 })  # fmt: skip
 
 # The memo wrapper: the request's memo key is the last KEYS entry and its TTL the last ARGV

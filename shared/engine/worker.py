@@ -159,6 +159,18 @@ class JobContext:
             self.cancel_requested = True
         self.raise_if_stopped()
 
+    async def announce(
+        self, event: str, extra: str = "", fields: Mapping[str, str] | None = None
+    ) -> bool:
+        """Send a one-off event of this job now, from inside the run (fenced by the lease,
+        once per job: see announce.lua), writing `fields` with it. True when it went out
+        now, False when it had already; raises `LeaseLost` when the run lost its job."""
+        outcome = await self.queue.announce(self.job.id, self.token, event, extra, fields)
+        if outcome == "lease_lost":
+            self.lease_lost = True
+            raise LeaseLost(self.job.id)
+        return outcome == "ok"
+
     async def run_blocking(self, fn: Callable[..., T], *args: Any) -> T:
         """Run CPU/GPU-bound work in a thread so the event loop keeps renewing leases.
 

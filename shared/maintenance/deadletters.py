@@ -192,6 +192,9 @@ class DeadLetterBook:
             # say), and so does every later stage (their inputs' digests change with it).
             hint_pairs += cleared_ledger_fields(stages_from(from_stage))
             hint_pairs += [f"rerun.{from_stage.value}", new_event_id()]
+            if PipelineStage.RECONSTRUCT in stages_from(from_stage):
+                # a new quick result (progressive jobs) is announced again
+                hint_pairs += [f"announced.{EventType.PREVIEW_READY.value}", "", "quick_run", ""]
         args: list[Arg] = [
             s.letter.entry_id,
             self.queue.settings.stream_maxlen,

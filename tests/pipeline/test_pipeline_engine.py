@@ -338,3 +338,19 @@ async def test_every_stage_run_is_a_span_of_the_jobs_trace(
     assert {s.attributes["splatq.stage"] for s in runs if s.attributes} == {
         s.value for s in PIPELINE
     }
+
+
+async def test_an_announcement_is_fenced_and_sent_once(queue: JobQueue, redis: Redis) -> None:
+    job_id = (await queue.enqueue(staged_spec())).job_id
+    ingest = queue.for_stage(PipelineStage.INGEST)
+    [taken] = await ingest.take(0, {StreamName.INTERACTIVE: 1}, 0, "c1")
+    event = "3d_reconstruction.preview_ready"
+    assert await queue.announce(job_id, "not-the-token", event, '"x":1') == "lease_lost"
+    assert await queue.announce(job_id, taken.token, event, '"x":1', {"quick_run": "q1"}) == "ok"
+    assert await queue.announce(job_id, taken.token, event, '"x":2') == "already"
+    sent = [f for _, f in await redis.xrange(queue.keys.events(0)) if f["type"] == event]
+    assert len(sent) == 1
+    assert '"x":1' in sent[0]["payload"]
+    job = await queue.get(job_id)
+    assert job is not None
+    assert job.quick_run == "q1"

@@ -139,10 +139,13 @@ async def test_a_progressive_job_announces_its_quick_result_once_before_complete
     names = [t for t, _ in events]
     assert names.count(PREVIEW_READY) == 1
     assert names.index(PREVIEW_READY) < names.index(COMPLETED)
-    # it goes out with the reconstruct stage's advance: right after its `succeeded` progress
+    # it goes out from inside the reconstruct stage's run, as soon as the quick result is
+    # committed: after that stage's `running` progress, before its `succeeded` one
     at = names.index(PREVIEW_READY)
-    assert events[at - 1][1]["data"]["stage"] == "reconstruct"
-    assert events[at - 1][1]["data"]["stage_status"] == "succeeded"
+    stage_events = [(p["data"].get("stage"), p["data"].get("stage_status")) for _, p in events]
+    assert stage_events.index(("reconstruct", "running")) < at
+    assert at < stage_events.index(("reconstruct", "succeeded"))
+    assert job.quick_run == job.ledger[PipelineStage.RECONSTRUCT].facts["quick_run"]
     data = events[at][1]["data"]
     assert data["job_id"] == job_id
     assert data["resolution"] == SMALL["preview"]
@@ -211,9 +214,9 @@ async def test_a_retried_reconstruct_announces_the_quick_result_once(
     stage_handlers: StageHandlers,
     start_stages: StagesFactory,
 ) -> None:
-    """The first run did the work (both passes, the quick files) and failed before its
-    advance: it announced nothing. The retry reuses the stored outputs (no pass runs again)
-    and its advance, the one that commits, sends preview_ready: once in all."""
+    """The first run did the work (both passes, the quick files, the announcement) and
+    failed before its advance. The retry reuses the stored outputs (no pass runs again) and
+    finds the announcement made: preview_ready went out once in all."""
     job_id = (await queue.enqueue(await progressive_spec(storage))).job_id
     flaky = FailOnceAfterWork(stage_handlers, PipelineStage.RECONSTRUCT)
     await start_stages(flaky, "all")
