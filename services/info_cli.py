@@ -4,13 +4,16 @@ Columns: depth (stream length, acknowledged entries included until trimmed), que
 the tenants' fair queues, not yet in the stream), ready (in the stream, not handed to a
 worker yet: the consumer group's lag), waiting (queued + ready), oldest waiting age,
 pending (handed out, not acknowledged: running or about to be redelivered), consumers; and
-per partition the retries waiting for their due time (delayed).
+per partition the retries waiting for their due time (delayed). With the staged pipeline,
+each later stage's streams that exist get rows of their own (`<stage>:<class>`; `ingest`
+reads the entry streams).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import sys
 from typing import Any
 
@@ -18,6 +21,7 @@ import orjson
 
 from splatq.shared.engine.backlog import PartitionBacklog, read_backlog
 from splatq.shared.engine.keys import KeySchema
+from splatq.shared.engine.stages import ALL_STAGES
 from splatq.shared.redis.client import connect
 from splatq.shared.settings import Settings
 
@@ -54,23 +58,36 @@ def run_info_command(args: argparse.Namespace, settings: Settings) -> int:
     return EXIT_OK
 
 
-async def _read(settings: Settings) -> list[PartitionBacklog]:
+async def _read(settings: Settings) -> list[tuple[str, PartitionBacklog]]:
     redis = connect(settings.redis_url, client_name="splatq-info")
     try:
         keys = KeySchema(partitions=settings.partitions)
-        return [
-            await read_backlog(redis, keys, settings.consumer_group, p)
-            for p in range(settings.partitions)
-        ]
+        out = []
+        for p in range(settings.partitions):
+            out.append(("", await read_backlog(redis, keys, settings.consumer_group, p)))
+            for stage in ALL_STAGES[1:]:
+                b = await read_backlog(
+                    redis, keys.for_stage(stage.value), settings.consumer_group, p
+                )
+                # a stage's streams exist once a worker of it started or a job reached it;
+                # only the entry streams are fed from the fair queues
+                streams = tuple(
+                    dataclasses.replace(s, queued=0)
+                    for s in b.streams
+                    if s.length or s.consumers or s.ready is None or s.pending
+                )
+                if streams:
+                    out.append((stage.value, dataclasses.replace(b, streams=streams)))
+        return out
     finally:
         await redis.aclose()
 
 
-def _rows(backlogs: list[PartitionBacklog]) -> list[dict[str, Any]]:
+def _rows(backlogs: list[tuple[str, PartitionBacklog]]) -> list[dict[str, Any]]:
     return [
         {
             "partition": b.partition,
-            "stream": s.stream.value,
+            "stream": f"{stage}:{s.stream.value}" if stage else s.stream.value,
             "depth": s.length,
             "queued": s.queued,
             "ready": s.ready,
@@ -82,7 +99,7 @@ def _rows(backlogs: list[PartitionBacklog]) -> list[dict[str, Any]]:
             "consumers": s.consumers,
             "delayed": b.delayed,
         }
-        for b in backlogs
+        for stage, b in backlogs
         for s in b.streams
     ]
 

@@ -153,7 +153,10 @@ class KeySchema:
 
     def fair_base(self, partition: int, stream: StreamName) -> str:
         """Prefix of a stream's fair-scheduling keys (`fq_base` in lua/_preamble.lua):
-        `:ring`, `:waiting`, `:state` and `:q:<tenant>` hang under it."""
+        `:ring`, `:waiting`, `:state` and `:q:<tenant>` hang under it. Only the entry
+        streams are fed fairly: a later stage's keys name queues that stay empty."""
+        if self.stage:
+            return f"{self.tag(partition)}:fq:{self.stage}:{stream.value}"
         return f"{self.tag(partition)}:fq:{stream.value}"
 
     def fair_waiting(self, partition: int, stream: StreamName) -> str:

@@ -102,6 +102,32 @@ async def test_info_shows_depth_waiting_age_pending_and_consumers(
     assert "cannot read Redis" in err
 
 
+async def test_info_shows_the_stages_a_job_has_reached(
+    own_redis: RedisServer, own_queue: JobQueue
+) -> None:
+    """A job past ingest waits on the reconstruct stream: `info` gets a `reconstruct:<class>`
+    row with it; stages nothing reached get none."""
+    from splatq.shared.engine.keys import StreamName  # noqa: PLC0415
+    from splatq.shared.engine.queue import Advance  # noqa: PLC0415
+    from splatq.shared.engine.stages import PipelineStage  # noqa: PLC0415
+
+    job_id = (await own_queue.enqueue(spec("preview"))).job_id
+    ingest = own_queue.for_stage(PipelineStage.INGEST)
+    [taken] = await ingest.take(0, {StreamName.INTERACTIVE: 1}, 0, "c1")
+    status, _ = await ingest.advance(
+        Advance(job_id, StreamName.INTERACTIVE, taken.entry.entry_id, taken.token, "ingest",
+                "reconstruct", '{"status":"succeeded"}', 0.2, '"stage":"ingest"')
+    )  # fmt: skip
+    assert status == "ok"
+    code, out, err = await splatq("info", "--json", env=worker_env(own_redis.url))
+    assert code == 0, err
+    rows = {r["stream"]: r for r in orjson.loads(out)}
+    assert set(rows) == {"interactive", "synthesis", "reconstruct:interactive"}
+    stage = rows["reconstruct:interactive"]
+    assert (stage["queued"], stage["ready"], stage["waiting"], stage["pending"]) == (0, 1, 1, 0)
+    assert rows["interactive"]["waiting"] == 0
+
+
 async def test_a_burst_worker_drains_everything_then_exits_0(
     own_redis: RedisServer, own_queue: JobQueue
 ) -> None:
