@@ -104,6 +104,28 @@ StagesFactory = Callable[..., Awaitable[list[Any]]]
 
 
 @pytest.fixture
+async def stage_handlers(settings: Settings, storage: LocalFileStorage) -> AsyncIterator[Any]:
+    """The 3DGS stage handlers (services/gpu_worker/stages.py) on CPU with the builtin model
+    and this test's storage, every stage started; shut down after the test."""
+    from prometheus_client import CollectorRegistry  # noqa: PLC0415 - torch-heavy imports
+
+    from splatq.services.gpu_worker.metrics import GpuMetrics  # noqa: PLC0415
+    from splatq.services.gpu_worker.model import load_model  # noqa: PLC0415
+    from splatq.services.gpu_worker.stages import StageHandlers  # noqa: PLC0415
+    from splatq.shared.engine.stages import PipelineStage  # noqa: PLC0415
+
+    h = StageHandlers(
+        settings.with_overrides(device="cpu"),
+        load_model("builtin"),
+        storage,
+        GpuMetrics.create(CollectorRegistry()),
+    )
+    await h.startup(tuple(PipelineStage))
+    yield h
+    await h.shutdown()
+
+
+@pytest.fixture
 async def start_stages(redis: Redis, settings: Settings) -> AsyncIterator[StagesFactory]:
     """Start in-process staged workers: one `Worker` per job stage given (on that stage's
     streams, with its own queue) and the cleanup consumer when `cleanup` is given; all are

@@ -9,22 +9,16 @@ is dead-lettered) showing the error."""
 from __future__ import annotations
 
 import itertools
-from collections.abc import AsyncIterator
 from datetime import datetime
 from typing import Any
 
 import orjson
 import pytest
 from aiohttp.test_utils import TestClient
-from prometheus_client import CollectorRegistry
 
-from splatq.services.gpu_worker.metrics import GpuMetrics
-from splatq.services.gpu_worker.model import load_model
 from splatq.services.gpu_worker.stages import StageHandlers
 from splatq.shared.client import Job
-from splatq.shared.engine.stages import ALL_STAGES, PIPELINE, PipelineStage
-from splatq.shared.settings import Settings
-from splatq.shared.storage.store import LocalFileStorage
+from splatq.shared.engine.stages import ALL_STAGES, PIPELINE
 from tests.conftest import StagesFactory, wait_until
 from tests.gateway.conftest import AUTH_A, ClientFactory
 from tests.gateway.test_api import _read_sse, form
@@ -35,21 +29,6 @@ from tests.gateway.test_openapi import _check
 Client = TestClient[Any, Any]
 STAGES = [s.value for s in ALL_STAGES]
 LATER = "reconstruct,export,render,publish,cleanup"
-
-
-@pytest.fixture
-async def stage_handlers(
-    settings: Settings, storage: LocalFileStorage
-) -> AsyncIterator[StageHandlers]:
-    h = StageHandlers(
-        settings.with_overrides(device="cpu"),
-        load_model("builtin"),
-        storage,
-        GpuMetrics.create(CollectorRegistry()),
-    )
-    await h.startup(tuple(PipelineStage))
-    yield h
-    await h.shutdown()
 
 
 async def get_job(client: Client, job_id: str) -> dict[str, Any]:

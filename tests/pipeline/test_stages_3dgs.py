@@ -3,15 +3,10 @@ builtin model, local storage. The staged result is the whole-job result, stage b
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from typing import Any
 
-import pytest
-from prometheus_client import CollectorRegistry
 from redis.asyncio import Redis
 
-from splatq.services.gpu_worker.metrics import GpuMetrics
-from splatq.services.gpu_worker.model import load_model
 from splatq.services.gpu_worker.stages import StageHandlers
 from splatq.shared.engine.ids import partition_of
 from splatq.shared.engine.queue import JobQueue
@@ -20,21 +15,6 @@ from splatq.shared.settings import Settings
 from splatq.shared.storage.store import ARTIFACT_FILES, LocalFileStorage, artifact_key
 from tests.conftest import StagesFactory, WorkerFactory, wait_for_status, wait_until
 from tests.gpu_worker.conftest import sample_png, stored_spec
-
-
-@pytest.fixture
-async def stage_handlers(
-    settings: Settings, storage: LocalFileStorage
-) -> AsyncIterator[StageHandlers]:
-    h = StageHandlers(
-        settings.with_overrides(device="cpu"),
-        load_model("builtin"),
-        storage,
-        GpuMetrics.create(CollectorRegistry()),
-    )
-    await h.startup(tuple(PipelineStage))
-    yield h
-    await h.shutdown()
 
 
 async def _artifacts(storage: LocalFileStorage, queue: JobQueue, job_id: str) -> dict[str, bytes]:
