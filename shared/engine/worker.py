@@ -701,10 +701,13 @@ class Worker:
         """The handler's run, bounded by its stage's timeout (a retryable TIMEOUT)."""
         if not self.stage_timeout_s:
             return await self.handler(ctx)
+        scope = asyncio.timeout(self.stage_timeout_s)
         try:
-            async with asyncio.timeout(self.stage_timeout_s):
+            async with scope:
                 return await self.handler(ctx)
         except TimeoutError:
+            if not scope.expired():
+                raise  # the handler's own timeout (a storage call's, say), not the stage's
             stage = self.stage.value if self.stage is not None else "job"
             raise TransientError(
                 f"the {stage} stage ran past its {self.stage_timeout_s} s timeout",

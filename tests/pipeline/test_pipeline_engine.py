@@ -354,3 +354,25 @@ async def test_an_announcement_is_fenced_and_sent_once(queue: JobQueue, redis: R
     job = await queue.get(job_id)
     assert job is not None
     assert job.quick_run == "q1"
+
+
+async def test_a_stage_past_its_timeout_is_retried_within_its_own_attempts_then_fails(
+    queue: JobQueue, redis: Redis, toy: ToyStages, start_stages: StagesFactory
+) -> None:
+    """export has 1 s per run and 2 attempts of its own (other stages keep theirs): a run
+    that takes 3 s ends as a retryable TIMEOUT, and the job fails in export after two."""
+    job_id = (await queue.enqueue(staged_spec(slow={"export": 3}))).job_id
+    await start_stages(
+        toy,
+        "all",
+        stage_timeout_s={"export": 1},
+        stage_max_attempts={"export": 2},
+        max_attempts=5,
+    )
+    job = await wait_for_status(queue, job_id, {"completed", "failed"}, timeout_s=20)
+    assert job.status.value == "failed"
+    assert job.error is not None
+    assert job.error.code == "TIMEOUT"
+    assert "export stage ran past its 1 s timeout" in job.error.message
+    assert (job.current_stage, job.attempts) == ("export", 2)
+    assert job.ledger[PipelineStage.RECONSTRUCT].attempts == 1
