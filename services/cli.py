@@ -11,6 +11,7 @@ import sys
 import textwrap
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 from splatq.services.client_cli import add_commands, run_client_command
 from splatq.services.dlq_cli import add_commands as add_dlq_commands
@@ -220,16 +221,23 @@ def _worker(args: argparse.Namespace, settings: Settings) -> int:
         return _stage_worker(args, settings, tuple(PipelineStage(s) for s in stages))
 
     spec = args.handler or settings.job_handler or DEFAULT_HANDLER
-    try:
-        factory = load_handler_factory(spec)
-    except (ValueError, ImportError, AttributeError) as exc:
-        hint = ""
-        if spec == DEFAULT_HANDLER and isinstance(exc, ImportError):
-            hint = "; the default handler needs the worker extra: pip install 'splatq[worker]'"
-        print(f"splatq worker: cannot load handler {spec!r}: {exc}{hint}", file=sys.stderr)
+    factory = _load_factory(spec, DEFAULT_HANDLER, "handler", "the default handler needs")
+    if factory is None:
         return EXIT_CONFIG
     asyncio.run(run_worker(settings, factory, burst=args.burst))
     return 0
+
+
+def _load_factory(spec: str, default: str, what: str, needs: str) -> Any:
+    """`package.module:factory`, or None after saying why on stderr (a config error)."""
+    try:
+        return load_handler_factory(spec)
+    except (ValueError, ImportError, AttributeError) as exc:
+        hint = ""
+        if spec == default and isinstance(exc, ImportError):
+            hint = f"; {needs} the worker extra: pip install 'splatq[worker]'"
+        print(f"splatq worker: cannot load {what} {spec!r}: {exc}{hint}", file=sys.stderr)
+        return None
 
 
 def _stage_worker(
@@ -241,16 +249,11 @@ def _stage_worker(
     )
 
     spec = args.stage_handlers or settings.stage_handlers or DEFAULT_STAGE_HANDLERS
-    try:
-        factory = load_handler_factory(spec)
-    except (ValueError, ImportError, AttributeError) as exc:
-        hint = ""
-        if spec == DEFAULT_STAGE_HANDLERS and isinstance(exc, ImportError):
-            hint = "; the 3DGS stages need the worker extra: pip install 'splatq[worker]'"
-        print(f"splatq worker: cannot load stage handlers {spec!r}: {exc}{hint}", file=sys.stderr)
+    factory = _load_factory(spec, DEFAULT_STAGE_HANDLERS, "stage handlers", "the 3DGS stages need")
+    if factory is None:
         return EXIT_CONFIG
     service = stage_service(stages)
-    asyncio.run(run_stage_workers(settings, factory, stages, service))  # type: ignore[arg-type]
+    asyncio.run(run_stage_workers(settings, factory, stages, service))
     return 0
 
 

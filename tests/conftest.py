@@ -109,16 +109,19 @@ async def stage_handlers(settings: Settings, storage: LocalFileStorage) -> Async
     and this test's storage, every stage started; shut down after the test."""
     from prometheus_client import CollectorRegistry  # noqa: PLC0415 - torch-heavy imports
 
+    from splatq.services.gpu_worker.handler import GpuJobHandler  # noqa: PLC0415
     from splatq.services.gpu_worker.metrics import GpuMetrics  # noqa: PLC0415
     from splatq.services.gpu_worker.model import load_model  # noqa: PLC0415
     from splatq.services.gpu_worker.stages import StageHandlers  # noqa: PLC0415
     from splatq.shared.engine.stages import PipelineStage  # noqa: PLC0415
 
     h = StageHandlers(
-        settings.with_overrides(device="cpu"),
-        load_model("builtin"),
-        storage,
-        GpuMetrics.create(CollectorRegistry()),
+        GpuJobHandler(
+            settings.with_overrides(device="cpu"),
+            load_model("builtin"),
+            storage,
+            GpuMetrics.create(CollectorRegistry()),
+        )
     )
     await h.startup(tuple(PipelineStage))
     yield h

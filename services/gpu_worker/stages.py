@@ -48,11 +48,10 @@ from splatq.services.gpu_worker.handler import (
     InputMissing,
     artifact_url,
     quick_artifact_url,
-    select_device,
 )
 from splatq.services.gpu_worker.images import decode_image
 from splatq.services.gpu_worker.metrics import GpuMetrics
-from splatq.services.gpu_worker.model import ReconstructionModel, load_model
+from splatq.services.gpu_worker.model import load_model
 from splatq.shared.engine import events
 from splatq.shared.engine.errors import (
     JobCanceled,
@@ -66,12 +65,10 @@ from splatq.shared.engine.jobs import JobOutcome, StageDone
 from splatq.shared.engine.keys import StreamName
 from splatq.shared.engine.stages import PipelineStage, StageRecord, stage_digest
 from splatq.shared.engine.worker import JobContext, JobHandler
-from splatq.shared.images.headers import DecodeLimits
 from splatq.shared.settings import Settings
 from splatq.shared.storage.intermediates import IntermediateStore, StageWork, facts_int
 from splatq.shared.storage.store import (
     ARTIFACT_FILES,
-    Storage,
     artifact_key,
     open_storage,
     quick_run,
@@ -128,23 +125,17 @@ class StageHandlers:
     """One per staged worker process: the handlers of the stages it runs, sharing storage and
     (for reconstruct) the model, its batchers and the device scheduler."""
 
-    def __init__(
-        self,
-        settings: Settings,
-        model: ReconstructionModel,
-        storage: Storage,
-        metrics: GpuMetrics | None = None,
-        device: torch.device | None = None,
-    ) -> None:
-        self.settings = settings
-        self.model = model
-        self.storage = storage
-        self.device = device or select_device(settings.device)
-        self.decode_limits = DecodeLimits.from_settings(settings)
-        # The forward pass, batching and device priority are the whole-job handler's own.
-        self.gpu = GpuJobHandler(settings, model, storage, metrics, self.device)
+    def __init__(self, gpu: GpuJobHandler) -> None:
+        # The settings, model, storage, device, the batchers and the device scheduler are the
+        # whole-job handler's own: the reconstruct stage's forward pass is its.
+        self.gpu = gpu
+        self.settings = gpu.settings
+        self.model = gpu.model
+        self.storage = gpu.storage
+        self.device = gpu.device
+        self.decode_limits = gpu.decode_limits
         self._device_loaded = False
-        self.store = IntermediateStore(storage)
+        self.store = IntermediateStore(gpu.storage)
         self.handlers: dict[PipelineStage, JobHandler] = {
             PipelineStage.INGEST: self.ingest,
             PipelineStage.RECONSTRUCT: self.reconstruct,
@@ -350,13 +341,17 @@ class StageHandlers:
         if await ctx.announce(EventType.PREVIEW_READY.value, extra, {"quick_run": run}):
             ctx.log.info("stage.preview_ready", run=run)
 
+    async def _gaussians(self, ctx: JobContext, reconstructed: StageRecord) -> Gaussians:
+        """The Gaussians the reconstruct stage stored (export's and render's input)."""
+        blob = await self.store.read(reconstructed, "gaussians.pt")
+        return await ctx.run_blocking(bytes_gaussians, blob)
+
     async def export(self, ctx: JobContext) -> StageDone:
         source = self.store.upstream(ctx.job, PipelineStage.RECONSTRUCT)
         digest = stage_digest(source.digest, EXPORT_VERSION)
 
         async def work() -> tuple[dict[str, bytes], dict[str, str]]:
-            blob = await self.store.read(source, "gaussians.pt")
-            gaussians = await ctx.run_blocking(bytes_gaussians, blob)
+            gaussians = await self._gaussians(ctx, source)
             files = await ctx.run_blocking(encode_files, gaussians)
             return files, dict(source.facts)
 
@@ -368,8 +363,7 @@ class StageHandlers:
         digest = stage_digest(source.digest, RENDER_VERSION)
 
         async def work() -> tuple[dict[str, bytes], dict[str, str]]:
-            blob = await self.store.read(source, "gaussians.pt")
-            gaussians = await ctx.run_blocking(bytes_gaussians, blob)
+            gaussians = await self._gaussians(ctx, source)
             camera = self.model.input_camera(facts_int(source.facts, "resolution"))
             png = await ctx.run_blocking(render_preview, gaussians.to(self.device), camera)
             return {"rendered_preview": png}, {"preview_size": str(preview_size(camera))}
@@ -421,4 +415,4 @@ def make(settings: Settings) -> StageHandlers:
     storage = open_storage(
         settings.storage_url, settings.storage_root, s3_endpoint_url=settings.s3_endpoint_url
     )
-    return StageHandlers(settings, model, storage, GpuMetrics.create())
+    return StageHandlers(GpuJobHandler(settings, model, storage, GpuMetrics.create()))
