@@ -19,10 +19,12 @@ from splatq.shared.engine.stages import PIPELINE, PipelineStage, StageStatus
 from splatq.shared.maintenance.audit import AuditAction, AuditRecord
 from splatq.shared.maintenance.deadletters import DeadLetterBook
 from splatq.shared.maintenance.keys import DeadLetterKind
+from splatq.shared.redis.client import connect
+from splatq.shared.redis.server import RedisServer, free_port
 from splatq.shared.settings import Settings
 from splatq.shared.storage.store import LocalFileStorage
-from tests.conftest import StagesFactory, wait_for_status, wait_until
-from tests.fault_fixtures import proxied, proxy, sha  # noqa: F401 - fixtures
+from tests.conftest import StagesFactory, engine_settings, wait_for_status, wait_until
+from tests.fault_fixtures import own_server, proxied, proxy, sha  # noqa: F401 - fixtures
 from tests.faultproxy import FaultProxy
 from tests.stage_handlers import ToyStages, expected_result, work_key
 from tests.tracing_fixtures import spans  # noqa: F401 - the fixture
@@ -376,3 +378,86 @@ async def test_a_stage_past_its_timeout_is_retried_within_its_own_attempts_then_
     assert "export stage ran past its 1 s timeout" in job.error.message
     assert (job.current_stage, job.attempts) == ("export", 2)
     assert job.ledger[PipelineStage.RECONSTRUCT].attempts == 1
+
+
+@pytest.mark.parametrize("how", ["oom", "readonly"])
+async def test_an_advance_refused_by_an_error_reply_changes_nothing_and_the_resend_moves_it(
+    own_server: RedisServer,  # noqa: F811
+    how: str,
+) -> None:
+    """OOM (maxmemory reached) or READONLY (a replica mid-failover): the advance answers
+    'transient' and writes nothing -- no next-stage entry, the job still processing under
+    its lease -- and the same call, resent once Redis accepts writes, moves the job once."""
+    from tests.shared.test_faults import _accept_writes, _refuse_writes  # noqa: PLC0415
+
+    s = engine_settings(own_server.url)
+    client = connect(own_server.url)
+    try:
+        queue = JobQueue(client, s)
+        await queue.setup()
+        job_id = (await queue.enqueue(staged_spec())).job_id
+        ingest = queue.for_stage(PipelineStage.INGEST)
+        [taken] = await ingest.take(0, {StreamName.INTERACTIVE: 1}, 0, "c1")
+        request = Advance(
+            job_id=job_id,
+            stream=StreamName.INTERACTIVE,
+            entry_id=taken.entry.entry_id,
+            token=taken.token,
+            stage="ingest",
+            next_stage="reconstruct",
+            record='{"status":"succeeded","attempts":1}',
+            progress=0.2,
+            event_extra='"stage":"ingest"',
+        )
+        recon = queue.for_stage(PipelineStage.RECONSTRUCT).keys.stream(0, StreamName.INTERACTIVE)
+        await _refuse_writes(client, how, free_port())
+        try:
+            outcome, _ = await ingest.advance(request)
+            assert outcome == "transient"
+            assert await client.exists(recon) == 0
+            job = await queue.get(job_id)
+            assert job is not None
+            assert (job.status.value, job.current_stage) == ("processing", "ingest")
+        finally:
+            await _accept_writes(client, how)
+        assert (await ingest.advance(request))[0] == "ok"
+        assert (await ingest.advance(request))[0] == "ok"  # a resend of that call
+        assert await client.xlen(recon) == 1
+    finally:
+        await client.aclose()
+
+
+@pytest.mark.parametrize("buffer", [2, 0], ids=["backpressure", "no-bound"])
+async def test_a_tenants_flood_does_not_put_another_tenant_behind_it_in_later_stages(
+    queue: JobQueue, redis: Redis, toy: ToyStages, start_stages: StagesFactory, buffer: int
+) -> None:
+    """Tenant A floods 10 full jobs into a slow reconstruct stage (one slot, 0.3 s a job).
+    With a stage buffer of 2 the flood waits in A's fair queue, not in the reconstruct
+    stream, so tenant B's one job, submitted after it, passes most of A's: ahead of it are
+    at most the one running, the 2 buffered, the entry stream's one ready entry and A's turn
+    in the round-robin (plus one that may have finished meanwhile). Without the bound
+    (buffer 0) ingest drains the flood into the reconstruct stream first and B comes (about)
+    last: the case the bound exists for. (Full jobs: the round-robin's quantum is one full
+    job's cost, so previews would take turns ten at a time.)"""
+    slow = {"reconstruct": 0.3}
+    flood = [
+        (await queue.enqueue(JobSpec(tenant="A", quality="full", metadata={"slow": slow})))
+        for _ in range(10)
+    ]
+    await start_stages(toy, "all", stage_buffer=buffer, stage_concurrency={"reconstruct": 1})
+
+    async def flood_started() -> bool:
+        j = await queue.get(flood[0].job_id)
+        return j is not None and j.current_stage not in ("", "ingest")
+
+    await wait_until(flood_started)
+    b = await queue.enqueue(JobSpec(tenant="B", quality="full", metadata={"slow": slow}))
+    await wait_for_status(queue, b.job_id, {"completed"}, timeout_s=15)
+    done = [await queue.get(r.job_id) for r in flood]
+    finished = sum(j is not None and j.status.value == "completed" for j in done)
+    if buffer:
+        assert finished <= 6, finished
+    else:
+        assert finished >= 8, finished  # all, or all but the one or two ingest was running
+    for r in flood:
+        await wait_for_status(queue, r.job_id, {"completed"}, timeout_s=15)
