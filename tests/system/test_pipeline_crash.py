@@ -149,3 +149,69 @@ async def test_gpu_and_cpu_pods_share_the_work_and_a_killed_gpu_pod_is_replaced(
             "render": 1,
             "publish": 1,
         }
+
+
+async def test_a_worker_stalled_past_its_lease_mid_stage_commits_nothing_when_it_wakes(
+    queue: JobQueue,
+    redis: Redis,
+    redis_server: RedisServer,
+    tmp_path: Path,
+) -> None:
+    """A worker process is SIGSTOPped in the middle of a stage for longer than its lease:
+    another worker takes the stage over and finishes the job. When the stalled one wakes,
+    its run's advance is fenced out (the lease token moved on): nothing is moved twice, no
+    later stage runs again, `completed` goes out once, and the woken worker lives on."""
+    import signal  # noqa: PLC0415
+
+    import tests.system.conftest as sysconf  # noqa: PLC0415
+
+    procs = sysconf._Processes(tmp_path)
+    env = sysconf.worker_env(
+        redis_server.url,
+        SPLATQ_STORAGE_URL=f"file://{tmp_path / 'objects'}",
+        SPLATQ_STAGES="all",
+        SPLATQ_STAGE_HANDLERS=HANDLERS,
+    )
+    job_id = (
+        await queue.enqueue(
+            JobSpec(tenant="acme", quality="preview", metadata={"slow": {"reconstruct": 2.5}})
+        )
+    ).job_id
+    try:
+        stalled = procs.start(["worker"], env)
+
+        async def reconstructing() -> bool:
+            return int(await redis.get(work_key(job_id, "reconstruct")) or 0) == 1
+
+        await wait_until(reconstructing, timeout_s=30)
+        stalled.send_signal(signal.SIGSTOP)
+        procs.start(["worker"], env)
+        job = await wait_for_status(queue, job_id, {"completed", "failed"}, timeout_s=30)
+        stalled.send_signal(signal.SIGCONT)
+
+        log = tmp_path / "worker-0.log"
+
+        async def fenced_out() -> bool:
+            # its 2.5 s of work end, then its commit is refused: an advance, or (the job has
+            # been cleaned up meanwhile, its input gone) a failure -- either way lease_lost
+            return log.exists() and "lease_lost" in log.read_text()
+
+        await wait_until(fenced_out, timeout_s=15)
+        assert stalled.poll() is None
+    finally:
+        procs.kill_all()
+    assert job.status.value == "completed", job.error
+    assert job.ledger[PipelineStage.RECONSTRUCT].attempts == 2
+    after = await queue.get(job_id)
+    assert after is not None
+    assert after.status.value == "completed"
+    # the woken run changed no record: the ledger is the finisher's (cleanup aside)
+    assert {k: v for k, v in after.ledger.items() if k is not PipelineStage.CLEANUP} == {
+        k: v for k, v in job.ledger.items() if k is not PipelineStage.CLEANUP
+    }
+    works = await _works(redis, job_id)
+    assert works == {"ingest": 1, "reconstruct": 2, "export": 1, "render": 1, "publish": 1}
+    types = await job_events(redis, queue, job_id)
+    assert types.count("3d_reconstruction.completed") == 1
+    # 4 later stages, each running + succeeded, and reconstruct's takeover ran once more
+    assert types.count("3d_reconstruction.progress") == 9
