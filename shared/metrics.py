@@ -219,7 +219,9 @@ class QueueMetrics:
         for stage in ALL_STAGES:
             stage_queue = queue.for_stage(stage)
             for stream in STREAMS:
-                depth, running, oldest = await stage_queue.lane_stats(partition, stream)
+                s = await stage_queue.stream_stats(partition, stream)
+                depth, running = max(s.length - s.pending, 0), s.pending
+                oldest = s.oldest_waiting_age_s
                 if stage == FIRST_STAGE:
                     fair = await queue.waiting(partition, stream)
                     depth += fair.waiting

@@ -944,12 +944,21 @@ class JobQueue:
     # -- operators and metrics -----------------------------------------------------------
 
     async def stream_stats(self, partition: int, stream: StreamName) -> StreamStats:
+        """Length, pending, lag, consumers and ages of this queue's stream of `stream`; a
+        stream or group nobody created yet (a stage no worker runs) reads as one whose
+        entries all wait."""
         key = self.keys.stream(partition, stream)
         pipe = self.redis.pipeline(transaction=False)
         pipe.xlen(key)
         pipe.xpending(key, self.group)
         pipe.xinfo_groups(key)
-        length, pending, groups = await pipe.execute()
+        length, pending, groups = await pipe.execute(raise_on_error=False)
+        if isinstance(length, Exception):
+            raise length
+        if isinstance(pending, Exception):  # NOGROUP: nothing delivered
+            pending = None
+        if isinstance(groups, Exception):  # no such stream
+            groups = []
         lag: int | None = None
         consumers = 0
         last_delivered = "0-0"
@@ -975,27 +984,6 @@ class JobQueue:
                 _entry_age_s(str(first_waiting[0][0]), now_ms) if first_waiting else 0.0
             ),
         )
-
-    async def lane_stats(self, partition: int, stream: StreamName) -> tuple[int, int, float]:
-        """(waiting, running, oldest waiting age in s) of this queue's stream of `stream`,
-        read cheaply and without failing on a stream or group nobody created yet (a stage no
-        worker runs: its entries all wait)."""
-        key = self.keys.stream(partition, stream)
-        pipe = self.redis.pipeline(transaction=False)
-        pipe.xlen(key)
-        pipe.xpending(key, self.group)
-        pipe.xinfo_groups(key)
-        length, pending, groups = await pipe.execute(raise_on_error=False)
-        if isinstance(length, Exception):
-            raise length
-        running = int(pending.get("pending", 0)) if isinstance(pending, dict) else 0
-        last_delivered = "0-0"
-        for g in groups if isinstance(groups, list) else []:
-            if g.get("name") == self.group:
-                last_delivered = str(g.get("last-delivered-id") or "0-0")
-        first = await self.redis.xrange(key, f"({last_delivered}", "+", count=1)
-        age = _entry_age_s(str(first[0][0]), int(time.time() * 1000)) if first else 0.0
-        return max(int(length) - running, 0), running, age
 
     async def waiting(self, partition: int, stream: StreamName) -> WaitingStats:
         """How much waits in line (fair queues) and in the stream, and the oldest wait."""
