@@ -11,6 +11,7 @@ from dataclasses import dataclass, replace
 from enum import StrEnum
 
 from splatq.shared.engine.ids import partition_of
+from splatq.shared.engine.stages import FIRST_STAGE
 
 
 class StreamName(StrEnum):
@@ -47,8 +48,6 @@ class KeySchema:
     def for_stage(self, stage: str) -> KeySchema:
         """The same deployment's keys, with the work streams of `stage` ('' or the first
         pipeline stage: the entry streams)."""
-        from splatq.shared.engine.stages import FIRST_STAGE  # noqa: PLC0415 - no import cycle
-
         return replace(self, stage="" if stage == FIRST_STAGE.value else stage)
 
     def tag(self, partition: int) -> str:
@@ -62,12 +61,6 @@ class KeySchema:
     def stage_stream(self, partition: int, stage: str, stream: StreamName) -> str:
         """Another stage's work stream (the next stage, for an advance)."""
         return self.for_stage(stage).stream(partition, stream)
-
-    def cleanup_stream(self, partition: int, stream: StreamName) -> str:
-        """Entries of finished staged jobs whose intermediates are to be deleted: added by
-        the terminal commit itself (`stage_cleanup` in lua/_preamble.lua builds the same
-        name), read by `cleanup` workers."""
-        return f"{self.tag(partition)}:stream:cleanup:{stream.value}"
 
     def events(self, partition: int) -> str:
         """The outbox: job events appended by the same script as the state change."""

@@ -313,7 +313,7 @@ end
 
 -- A staged job (one with a `current_stage`) that ends completed or canceled leaves an entry
 -- for the `cleanup` stage, in the same step as its terminal commit: its intermediates are
--- deleted by a cleanup worker (shared/engine/keys.py `cleanup_stream`; same {pN} tag).
+-- deleted by a cleanup worker (the cleanup stage's stream: `KeySchema.for_stage('cleanup')`).
 -- Failed and dead-lettered jobs keep theirs for a redrive from a stage, until retention.
 local CLEANUP_MAXLEN = 100000
 
