@@ -133,6 +133,11 @@ def _api_keys(raw: str) -> Mapping[str, str]:
 
 
 DEFAULT_QUOTA_ESTIMATES_MS: Mapping[str, int] = {"preview": 15_000, "full": 120_000}
+# The input's own fault (the worker's decode refused it) and a poison job (crash attribution
+# dead-lettered it: it killed its worker every time, alone): charged like a completion.
+DEFAULT_CHARGED_FAILURE_CODES = frozenset(
+    {"INVALID_IMAGE", "IMAGE_TOO_LARGE", "IMAGE_TOO_COMPLEX", "dead_lettered"}
+)
 
 
 def _quota_estimates(raw: str) -> Mapping[str, int]:
@@ -223,6 +228,9 @@ class Settings:
     quota_sweep_interval_s: float = 60.0
     quota_sweep_grace_s: float = 600.0
     quota_reclaim_idle_ms: int = 30_000
+    # Failures the tenant is charged for (its input's fault, or a poison job): every other
+    # failure is the platform's, and waived (shared/tenants/charging.py).
+    quota_charged_failure_codes: frozenset[str] = DEFAULT_CHARGED_FAILURE_CODES
     # What the `splatq submit|status|cancel` client commands talk to.
     api_url: str = ""
     api_key: str = ""
@@ -521,6 +529,9 @@ class Settings:
             ),
             quota_sweep_grace_s=_float(
                 e, "SPLATQ_QUOTA_SWEEP_GRACE_S", d.quota_sweep_grace_s, 0.0, 30 * 86400.0
+            ),
+            quota_charged_failure_codes=_codes(
+                e, "SPLATQ_QUOTA_CHARGED_FAILURE_CODES", d.quota_charged_failure_codes
             ),
             quota_reclaim_idle_ms=_int(
                 e, "SPLATQ_QUOTA_RECLAIM_IDLE_MS", d.quota_reclaim_idle_ms, 10

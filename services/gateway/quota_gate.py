@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import time
+from dataclasses import dataclass
 
 from aiohttp import web
 
@@ -32,24 +33,41 @@ def estimate_ms(request: web.Request, quality: str, progressive: bool = False) -
     return amount
 
 
+@dataclass(frozen=True, slots=True)
+class Gate:
+    """The quota gate's answer: the job's estimate is reserved under its id, or (a repeat of a
+    key whose job exists: it reserved when it was created) the submission may only join that
+    job -- `refusal` is the 429 to answer if it turns out not to exist any more."""
+
+    reserved: bool
+    refusal: ApiError | None = None
+
+
 async def reserve(
     request: web.Request, spec: JobSpec, job_id: str, policy: TenantPolicy | None = None
-) -> bool:
-    """Reserve the job's estimate; True when reserved, False when the submission goes on
-    without a reservation (its idempotency key already names a live job, so it creates
-    none), else 429 `quota_exceeded`."""
+) -> Gate:
+    """Reserve the job's estimate, or answer that the submission may only join the job its
+    idempotency key names (the tenant is at its quota but that job exists), else 429
+    `quota_exceeded`."""
     book = request.app[QUOTAS]
     await book.note_tenant_once(spec.tenant)
     amount = estimate_ms(request, spec.quality, spec.params.get("progressive") is True)
     reservation = await book.reserve(spec.tenant, job_id, amount)
     if reservation.granted:
-        return True
+        return Gate(reserved=True)
+    refusal = quota_exceeded(reservation.usage, amount)
     if spec.idempotency_key:
         claim = await request.app[QUEUE].claim_status(spec.idempotency_key, policy, spec.tenant)
         if claim is not None and claim[0] != "FAILED":
-            return False  # a repeat of a job that exists: it reserved when it was created
+            # Join only: the enqueue script creates nothing if the claim ended meanwhile
+            # (a cancel raced this request), so no job ever runs without a reservation.
+            return Gate(reserved=False, refusal=refusal)
+    refused(request)
+    raise refusal
+
+
+def refused(request: web.Request) -> None:
     request.app[METRICS].submissions.labels("quota_exceeded").inc()
-    raise quota_exceeded(reservation.usage, amount)
 
 
 async def release_refused(request: web.Request, tenant: str, job_id: str) -> None:

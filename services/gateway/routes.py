@@ -327,7 +327,7 @@ async def _enqueue_once(
     reservation, whose job may or may not exist, is left to the settler's sweep). A
     submission that did not create its job gives the reservation back at once."""
     job_id = queue.new_job_id(spec, policy)
-    reserved = await quota_gate.reserve(request, spec, job_id, policy)
+    gate = await quota_gate.reserve(request, spec, job_id, policy)
     result = await while_refused(
         lambda: queue.enqueue(
             spec,
@@ -335,11 +335,16 @@ async def _enqueue_once(
             max_tenant_backlog=tenant_limit,
             policy=policy,
             job_id=job_id,
+            join_only=not gate.reserved,
         ),
         ENQUEUE_RETRY_BUDGET_S,
         "enqueue",
     )
-    if reserved and not result.created:
+    if result.not_joined and gate.refusal is not None:
+        # The job the key named ended between the gate and the enqueue: no reservation, no job.
+        quota_gate.refused(request)
+        raise gate.refusal
+    if gate.reserved and not result.created:
         await quota_gate.release_refused(request, spec.tenant, job_id)
     return result
 

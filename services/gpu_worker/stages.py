@@ -63,12 +63,14 @@ from splatq.shared.engine.errors import (
 from splatq.shared.engine.events import EventType
 from splatq.shared.engine.jobs import JobOutcome, StageDone
 from splatq.shared.engine.keys import StreamName
+from splatq.shared.engine.metering import quick_unit, stage_unit, total_ms
 from splatq.shared.engine.stages import PipelineStage, StageRecord, stage_digest
 from splatq.shared.engine.worker import JobContext, JobHandler
 from splatq.shared.settings import Settings
 from splatq.shared.storage.intermediates import IntermediateStore, StageWork, facts_int
 from splatq.shared.storage.store import (
     ARTIFACT_FILES,
+    QUICK_RUN_PREFIX,
     artifact_key,
     open_storage,
     quick_run,
@@ -179,6 +181,11 @@ class StageHandlers:
     ) -> StageDone:
         ctx.raise_if_stopped()
         done = await self.store.run_stage(ctx.job, stage, digest, names, work)
+        # Metered before the stop check: work a cancel interrupted at this boundary was done
+        # (and is charged); a reused output is metered with the time of the run that made it,
+        # which records it only if that run died before it could.
+        if done.work_ms is not None:
+            await ctx.meter(stage_unit(stage.value, done.digest), done.work_ms)
         ctx.raise_if_stopped()
         return done
 
@@ -271,6 +278,9 @@ class StageHandlers:
             return {"gaussians.pt": blob}, facts
 
         done = await self._stage(ctx, stage, digest, ("gaussians.pt",), work)
+        if quick and done.skipped and done.facts.get("quick_run"):
+            # a reuse meters the quick result an earlier run made (once per unit)
+            await ctx.meter(quick_unit(effective), facts_int(done.facts, "quick_ms"))
         if quick:
             # a run that reused stored outputs (a retry, a redrive) announces what an earlier
             # run could not (it died between its commit of the files and its announce)
@@ -308,6 +318,8 @@ class StageHandlers:
         await publish(self.storage, staged)
         ms = round((time.monotonic() - started) * 1000)
         ctx.log.info("stage.quick_result", run=run, resolution=resolution, duration_ms=ms)
+        # Metered as soon as it is committed: the tenant has it (and may cancel the full pass).
+        await ctx.meter(quick_unit(run.removeprefix(QUICK_RUN_PREFIX)), ms)
         facts = {
             "quick_run": run,
             "quick_resolution": str(resolution),
@@ -400,7 +412,7 @@ class StageHandlers:
         await publish(self.storage, staged, self.gpu.before_commit)
         self.store.work_done[PipelineStage.PUBLISH] += 1
         base = self.settings.public_base_url
-        compute_ms = sum(r.work_ms or 0 for r in ctx.job.ledger.values())
+        compute_ms = total_ms(ctx.job.metered)
         return JobOutcome(
             artifacts={name: artifact_url(base, ctx.job.id, name) for name in ARTIFACT_FILES},
             compute_time_ms=compute_ms,

@@ -1,10 +1,11 @@
-"""Settles and releases GPU-quota reservations from the job events in the outbox.
+"""Charges and releases GPU-quota reservations from the job events in the outbox.
 
 A job's keys (partition slot) and its tenant's quota (tenant slot) are in different cluster
 slots, so no one script can finish a job and charge its tenant. The outbox already carries
 every terminal event, so the saga's later steps follow it: this settler reads each
 partition's events stream in its own consumer group, applies the step each event calls for
-(completed -> settle, failed/canceled -> release), and only then acknowledges. A settler
+(shared/tenants/charging.py: charge the job's metered units, or waive), and only then
+acknowledges. A settler
 killed anywhere re-reads what it had not acknowledged (another one takes it over after
 SPLATQ_QUOTA_RECLAIM_IDLE_MS), and every step is a no-op the second time (the job's saga
 ledger), so nothing is charged or refunded twice.
@@ -13,6 +14,10 @@ The sweeper closes the gaps the stream can leave: a reservation whose submission
 its job (a gateway killed mid-request), or whose terminal event was trimmed before it was
 read, or whose job record has expired, is settled or released from the job's record once it
 is older than SPLATQ_QUOTA_SWEEP_GRACE_S.
+
+What is charged is the work the job's record says its runs metered (shared/engine/metering.py),
+read when the event is handled: the units only grow until the job ends, a terminal event is
+the last word of its run, and each unit is charged once however often it is read.
 """
 
 from __future__ import annotations
@@ -30,14 +35,10 @@ import structlog
 from redis.exceptions import RedisError, ResponseError
 
 from splatq.shared.engine.ids import is_job_id, partition_of
+from splatq.shared.engine.metering import metered_units
 from splatq.shared.engine.queue import JobQueue
-from splatq.shared.tenants.quota import (
-    QuotaBook,
-    ReleaseReason,
-    SagaStep,
-    StepResult,
-    step_for_event,
-)
+from splatq.shared.tenants.charging import Verdict, verdict_for_event, verdict_for_status
+from splatq.shared.tenants.quota import QuotaBook, ReleaseReason, StepResult
 
 log = structlog.get_logger("splatq.quota_settler")
 
@@ -56,27 +57,13 @@ class Boundary(StrEnum):
     ACKED = "acked"  # acknowledged
 
 
-def sweep_decision(status: str | None) -> tuple[SagaStep, ReleaseReason] | None:
-    """What an old reservation's job record calls for: settle a completed job, release one
-    that failed, was canceled or is gone; leave a job that is still on its way."""
-    if status is None:
-        return SagaStep.RELEASE, ReleaseReason.EXPIRED
-    if status == "completed":
-        return SagaStep.SETTLE, ReleaseReason.EXPIRED  # (the reason is unused for a settle)
-    if status == "failed":
-        return SagaStep.RELEASE, ReleaseReason.FAILED
-    if status == "canceled":
-        return SagaStep.RELEASE, ReleaseReason.CANCELED
-    return None
-
-
-def measured_ms(payload: str) -> int | None:
-    """The measured GPU time a completed event carries (`data.compute_time_ms`)."""
+def error_code_of(payload: str) -> str:
+    """The error code a failed event carries (`data.error_code`)."""
     try:
-        value = orjson.loads(payload)["data"]["compute_time_ms"]
+        value = orjson.loads(payload)["data"]["error_code"]
     except (orjson.JSONDecodeError, KeyError, TypeError):
-        return None
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
+        return ""
+    return value if isinstance(value, str) else ""
 
 
 class Settler:
@@ -179,32 +166,36 @@ class Settler:
 
     async def apply(self, fields: Mapping[str, str]) -> StepResult | None:
         """The saga step one job event calls for (None: the event calls for none)."""
-        action = step_for_event(fields.get("type", ""))
         tenant, job_id = fields.get("tenant", ""), fields.get("job_id", "")
-        if action is None or not tenant or not is_job_id(job_id):
+        if not tenant or not is_job_id(job_id):
             return None
-        step, reason = action
-        if step is SagaStep.SETTLE:
-            measured = measured_ms(fields.get("payload", ""))
-            if measured is None:
-                measured = await self._recorded_compute_ms(job_id)
-            result = await self.book.settle(tenant, job_id, measured)
+        code = error_code_of(fields.get("payload", "")) if fields.get("type") else ""
+        decided = verdict_for_event(
+            fields.get("type", ""), code, self.settings.quota_charged_failure_codes
+        )
+        if decided is None:
+            return None
+        verdict, outcome = decided
+        if verdict is Verdict.CHARGE:
+            result = await self.book.charge(tenant, job_id, await self._units(job_id), outcome)
         else:
-            assert reason is not None
-            result = await self.book.release(tenant, job_id, reason)
+            result = await self.book.release(tenant, job_id, ReleaseReason.FAILED)
         if result.done:
             log.info("quota.step", step=result.step.value, job_id=job_id, tenant=tenant,
                      amount_ms=result.amount_ms, detail=result.detail)  # fmt: skip
         return result
 
-    async def _recorded_compute_ms(self, job_id: str) -> int:
-        value = await self.queue.redis.hget(self.queue.keys.job(job_id), "compute_time_ms")  # type: ignore[misc]
-        return int(value) if value and value.isdigit() else 0
+    async def _units(self, job_id: str) -> dict[str, int]:
+        """The job's metered units of work (shared/engine/metering.py)."""
+        if partition_of(job_id) >= self.settings.partitions:
+            return {}
+        raw = await self.queue.redis.hgetall(self.queue.keys.job(job_id))  # type: ignore[misc]
+        return metered_units(raw)
 
     # -- the sweep ------------------------------------------------------------------------
 
     async def sweep(self, grace_s: float | None = None) -> int:
-        """Settle or release every reservation older than the grace whose job has ended (or
+        """Charge or release every reservation older than the grace whose job has ended (or
         is gone). Returns how many steps it applied."""
         grace_ms = (self.settings.quota_sweep_grace_s if grace_s is None else grace_s) * 1000
         cutoff = time.time() * 1000 - grace_ms
@@ -213,25 +204,28 @@ class Settler:
             for job_id, (_, _, at_ms) in (await self.book.open_reservations(tenant)).items():
                 if at_ms > cutoff:
                     continue
-                status, compute = await self._job_state(job_id)
-                decision = sweep_decision(status)
-                if decision is None:
+                status, code, units = await self._job_state(job_id)
+                decided = verdict_for_status(
+                    status, code, self.settings.quota_charged_failure_codes
+                )
+                if decided is None:
                     continue
-                step, reason = decision
-                if step is SagaStep.SETTLE:
-                    result = await self.book.settle(tenant, job_id, compute)
+                verdict, outcome = decided
+                if verdict is Verdict.CHARGE:
+                    result = await self.book.charge(tenant, job_id, units, outcome)
                 else:
+                    reason = ReleaseReason.EXPIRED if status is None else ReleaseReason.FAILED
                     result = await self.book.release(tenant, job_id, reason)
                 if result.done:
                     applied += 1
-                    log.info("quota.swept", step=step.value, job_id=job_id, tenant=tenant,
+                    log.info("quota.swept", step=result.step.value, job_id=job_id, tenant=tenant,
                              amount_ms=result.amount_ms, detail=result.detail)  # fmt: skip
         return applied
 
-    async def _job_state(self, job_id: str) -> tuple[str | None, int]:
+    async def _job_state(self, job_id: str) -> tuple[str | None, str, dict[str, int]]:
         if not is_job_id(job_id) or partition_of(job_id) >= self.settings.partitions:
-            return None, 0
-        status, compute = await self.queue.redis.hmget(  # type: ignore[misc]
-            self.queue.keys.job(job_id), ["status", "compute_time_ms"]
-        )
-        return status, int(compute) if compute and compute.isdigit() else 0
+            return None, "", {}
+        raw = await self.queue.redis.hgetall(self.queue.keys.job(job_id))  # type: ignore[misc]
+        if not raw:
+            return None, "", {}
+        return raw.get("status"), raw.get("error_code", ""), metered_units(raw)

@@ -12,6 +12,7 @@ from typing import Any
 import orjson
 
 from splatq.shared.engine.keys import StreamName
+from splatq.shared.engine.metering import metered_units
 from splatq.shared.engine.stages import PipelineStage, StageRecord, ledger_of
 from splatq.shared.engine.states import JobStatus
 
@@ -140,6 +141,8 @@ class JobRecord:
     # Stages a redrive asked to run again (`rerun.<stage>` = a nonce that enters the stage's
     # input digest, so neither its ledger record nor its stored outputs are reused).
     reruns: Mapping[str, str] = field(default_factory=dict)
+    # The units of work its runs finished, with their measured ms (shared/engine/metering.py).
+    metered: Mapping[str, int] = field(default_factory=dict)
 
     @classmethod
     def from_hash(cls, raw: Mapping[str, str]) -> JobRecord:
@@ -189,6 +192,7 @@ class JobRecord:
             ledger=ledger_of(raw),
             redrives=_int(raw, "redrives"),
             reruns={k[6:]: v for k, v in raw.items() if k.startswith("rerun.") and v},
+            metered=metered_units(raw),
         )
 
 
@@ -256,9 +260,12 @@ class StageDone:
 
     digest: str
     outputs: Mapping[str, str] = field(default_factory=dict)
-    # True when the ledger already held a success for this digest and nothing ran.
+    # True when nothing ran: the ledger already held a success for this digest, or (also
+    # `reused`) an earlier run of the stage had stored its outputs.
     skipped: bool = False
+    # The work's measured time: this run's, or (reused) the time of the run that made it.
     work_ms: int | None = None
+    reused: bool = False
     facts: Mapping[str, str] = field(default_factory=dict)
     # A second event to emit with the advance (e.g. preview_ready) and its JSON members.
     also_event: str = ""

@@ -58,6 +58,8 @@ class EnqueueResult:
     overload_scope: str = ""
     # The new job's record (created only), read in the same script.
     job: JobRecord | None = None
+    # join_only, and the key's claim was no longer live: nothing was created.
+    not_joined: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -263,6 +265,7 @@ class JobQueue:
         max_tenant_backlog: int = 0,
         policy: TenantPolicy | None = None,
         job_id: str = "",
+        join_only: bool = False,
     ) -> EnqueueResult:
         """Create the job and put it in line in one script; returns once Redis has it. With
         fair scheduling (the default) it waits in its tenant's queue under `policy` (the
@@ -270,7 +273,9 @@ class JobQueue:
         `max_backlog`, a stream partition holding that many jobs refuses new work
         (`overloaded`); with `max_tenant_backlog`, so does a tenant with that many unfinished
         jobs in it. A repeat of a claimed key still gets its job either way. `job_id`, when
-        given, must come from `new_job_id(spec)` and be used once."""
+        given, must come from `new_job_id(spec)` and be used once. `join_only`: answer the
+        job holding the spec's claim key, or `not_joined`, never create one (the caller holds
+        nothing a new job would need: a quota reservation)."""
         stream = spec.stream
         fairness = self.settings.fairness
         if policy is None:
@@ -306,6 +311,7 @@ class JobQueue:
             max_backlog,
             max_tenant_backlog,
             fair_arg,
+            "join" if join_only else "",
         ]
         for name, value in fields.items():
             args.extend((name, value))
@@ -317,6 +323,8 @@ class JobQueue:
             return EnqueueResult(job_id=reply[1], created=True, job=job)
         if outcome == "duplicate":
             return EnqueueResult(job_id=reply[1], created=False, claim_status=reply[2])
+        if outcome == "not_joined":
+            return EnqueueResult(job_id="", created=False, not_joined=True)
         if outcome == "overloaded":
             return EnqueueResult(
                 job_id="",
@@ -708,6 +716,16 @@ class JobQueue:
             args.extend((name, value))
         reply = await self.scripts.run(
             ScriptCall(Script.ANNOUNCE, [self.keys.job(job_id), self.keys.events(partition)], args),
+            resend_for_s=5.0,
+        )
+        _raise_on_error(reply)
+        return str(reply[0])
+
+    async def meter(self, job_id: str, token: str, unit: str, ms: int) -> str:
+        """Record a unit of work the run finished (meter.lua): 'ok' | 'already' |
+        'lease_lost'. See shared/engine/metering.py."""
+        reply = await self.scripts.run(
+            ScriptCall(Script.METER, [self.keys.job(job_id)], [token, unit, max(0, int(ms))]),
             resend_for_s=5.0,
         )
         _raise_on_error(reply)

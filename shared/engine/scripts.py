@@ -64,6 +64,7 @@ class Script(StrEnum):
     ADVANCE = "advance"
     CLEANUP_DONE = "cleanup_done"
     ANNOUNCE = "announce"
+    METER = "meter"
     RECLAIM = "reclaim"
     PROMOTE = "promote"
     CANCEL = "cancel"
@@ -102,12 +103,13 @@ class Script(StrEnum):
 # a GET, a SET and a JSON encoding on every submission); or made safe more cheaply on the
 # hot path -- enqueue (a resend finds its own fresh job id and answers 'exists', which
 # JobQueue.enqueue resolves by reading that job), finish and advance (the job hash's `last_commit`
-# field), take (a compact memo of entry ids, not job hashes).
+# field), announce and meter (the field they write once), take (a compact memo of entry ids,
+# not job hashes).
 # Everything else is memoized: a resend must answer what the first execution did.
 _REPLAY_SAFE = frozenset({
     Script.RENEW, Script.PRUNE_CONSUMERS, Script.WH_EP_GATE, Script.ENQUEUE, Script.FINISH,
-    Script.ADVANCE, Script.CLEANUP_DONE, Script.ANNOUNCE, Script.TAKE, Script.FLEET_TICK,
-    Script.RATE_LIMIT,
+    Script.ADVANCE, Script.CLEANUP_DONE, Script.ANNOUNCE, Script.METER, Script.TAKE,
+    Script.FLEET_TICK, Script.RATE_LIMIT,
 })  # fmt: skip
 
 # The memo wrapper: the request's memo key is the last KEYS entry and its TTL the last ARGV

@@ -44,6 +44,7 @@ from splatq.shared.engine.errors import (
 from splatq.shared.engine.events import EventType
 from splatq.shared.engine.jobs import JobOutcome, JobRecord, StageDone
 from splatq.shared.engine.keys import STREAMS, StreamName
+from splatq.shared.engine.metering import METER_PREFIX, WHOLE_JOB_UNIT
 from splatq.shared.engine.queue import RENEW_UNKNOWN, Advance, Finish, JobQueue, StreamEntry
 from splatq.shared.engine.reaper import Reaper
 from splatq.shared.engine.retries import decide_retry
@@ -166,6 +167,18 @@ class JobContext:
         once per job: see announce.lua), writing `fields` with it. True when it went out
         now, False when it had already; raises `LeaseLost` when the run lost its job."""
         outcome = await self.queue.announce(self.job.id, self.token, event, extra, fields)
+        if outcome == "lease_lost":
+            self.lease_lost = True
+            raise LeaseLost(self.job.id)
+        return outcome == "ok"
+
+    async def meter(self, unit: str, ms: int | None) -> bool:
+        """Record a unit of work this run finished, with its measured time (meter.lua: fenced
+        by the lease, once per unit; shared/engine/metering.py). Call it as soon as the work's
+        outputs are stored -- before the next stop check, so a cancel that arrived meanwhile
+        still finds the work metered. True when recorded now, False when the unit was
+        metered already; raises `LeaseLost` when the run lost its job."""
+        outcome = await self.queue.meter(self.job.id, self.token, unit, ms or 0)
         if outcome == "lease_lost":
             self.lease_lost = True
             raise LeaseLost(self.job.id)
@@ -637,7 +650,7 @@ class Worker:
             try:
                 outcome = await self._call_handler(ctx)
             except JobCanceled:
-                finish, outcome_label = self._finish(ctx, "canceled"), "canceled"
+                finish, outcome_label = await self._canceled(ctx), "canceled"
             except LeaseLost:
                 finish = None
             except asyncio.CancelledError:
@@ -784,6 +797,16 @@ class Worker:
         ctx.log.error("stage.advance_refused", stage=stage.value, result=result, detail=detail)
         return None, "error"
 
+    async def _canceled(self, ctx: JobContext) -> Finish:
+        """The cancel commit. A whole job canceled mid-run is metered for the time it ran (a
+        staged job's units were metered as each stage finished them); best effort: a run that
+        cannot reach Redis still commits its cancel."""
+        if self.stage is None:
+            ms = round((time.monotonic() - ctx.started_at) * 1000)
+            with contextlib.suppress(LeaseLost, *REDIS_ERRORS, ResponseError):
+                await ctx.meter(WHOLE_JOB_UNIT, ms)
+        return self._finish(ctx, "canceled")
+
     def _finish(self, ctx: JobContext, target: str, **kw: Any) -> Finish:
         return Finish(
             job_id=ctx.job.id,
@@ -810,6 +833,10 @@ class Worker:
             "model": model,
             **outcome.extra_fields,
         }
+        if self.stage is None:
+            # A whole job is one unit of work, metered with its completion (a staged job's
+            # stages meter their own units as they finish them).
+            fields[METER_PREFIX + WHOLE_JOB_UNIT] = str(compute_ms)
         return self._finish(
             ctx,
             "completed",

@@ -19,6 +19,7 @@ from splatq.shared.engine import events
 from splatq.shared.engine.events import EventType
 from splatq.shared.engine.ids import is_job_id, new_event_id, partition_of
 from splatq.shared.engine.keys import StreamName
+from splatq.shared.engine.metering import discarded_unit_fields, metered_units
 from splatq.shared.engine.queue import DeadLetter, JobQueue
 from splatq.shared.engine.scripts import Arg, Script, ScriptCall
 from splatq.shared.engine.stages import PipelineStage, cleared_ledger_fields, stages_from
@@ -192,6 +193,10 @@ class DeadLetterBook:
             # say), and so does every later stage (their inputs' digests change with it).
             hint_pairs += cleared_ledger_fields(stages_from(from_stage))
             hint_pairs += [f"rerun.{from_stage.value}", new_event_id()]
+            # Their earlier work is no longer the job's: its metered units go (the rerun
+            # meters its own), so the quota never charges both.
+            rerun = [stage.value for stage in stages_from(from_stage)]
+            hint_pairs += discarded_unit_fields(metered_units(s.fields), rerun)
             if PipelineStage.RECONSTRUCT in stages_from(from_stage):
                 # a new quick result (progressive jobs) is announced again
                 hint_pairs += [f"announced.{EventType.PREVIEW_READY.value}", "", "quick_run", ""]

@@ -27,6 +27,9 @@ log = structlog.get_logger("splatq.intermediates")
 # The work of one stage: its output files by name, and small facts for later stages.
 StageWork = Callable[[], Awaitable[tuple[dict[str, bytes], dict[str, str]]]]
 FACTS = "facts.json"
+# The marker's record of the time the run that made the outputs measured (not a fact for
+# later stages: read back and removed when the outputs are reused).
+WORK_MS_FACT = "_work_ms"
 
 
 class IntermediateMissing(PermanentError):
@@ -59,22 +62,33 @@ class IntermediateStore:
             and await self.all_exist(done.outputs.values())
         ):
             log.info("stage.skipped", job_id=job.id, stage=stage.value, reason="ledger")
-            return StageDone(digest, done.outputs, skipped=True, facts=done.facts)
+            return StageDone(
+                digest, done.outputs, skipped=True, work_ms=done.work_ms, facts=done.facts
+            )
         keys = {name: intermediate_key(job.id, stage.value, digest, name) for name in names}
         facts_key = intermediate_key(job.id, stage.value, digest, FACTS)
         if await self.all_exist([*keys.values(), facts_key]):
             facts = orjson.loads(await self.storage.get_bytes(facts_key))
+            # The run that made the outputs recorded its work time in the marker: the reuse
+            # carries it (metering counts the unit once, whichever run records it first).
+            made_ms = facts.pop(WORK_MS_FACT, None)
             log.info("stage.skipped", job_id=job.id, stage=stage.value, reason="outputs_exist")
-            return StageDone(digest, keys, skipped=True, facts=facts)
+            return StageDone(
+                digest,
+                keys,
+                skipped=True,
+                reused=True,
+                work_ms=made_ms if isinstance(made_ms, int) else None,
+                facts=facts,
+            )
         started = time.monotonic()
         files, facts = await work()
+        work_ms = round((time.monotonic() - started) * 1000)
         for name, key in keys.items():
             await self.storage.put_bytes(key, files[name])
-        await self.storage.put_bytes(facts_key, orjson.dumps(facts))
+        await self.storage.put_bytes(facts_key, orjson.dumps({**facts, WORK_MS_FACT: work_ms}))
         self.work_done[stage] += 1
-        return StageDone(
-            digest, keys, work_ms=round((time.monotonic() - started) * 1000), facts=facts
-        )
+        return StageDone(digest, keys, work_ms=work_ms, facts=facts)
 
     @staticmethod
     def effective_digest(job: JobRecord, stage: PipelineStage, digest: str) -> str:

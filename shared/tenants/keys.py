@@ -71,6 +71,7 @@ class TenantKeys:
         return f"{self.tag(tenant)}:reservations"
 
     def saga(self, tenant: str, job_id: str) -> str:
-        """Hash: the job's saga ledger, one field per step that happened (reserve, settle,
-        release), each `at_ms|amount_ms|detail`. A step is done at most once."""
+        """Hash: the job's saga ledger: `reserve` and `release` (`at_ms|amount_ms|detail`, each
+        at most once), the last `charge` (`at_ms|charged_ms|outcome`), `charged_ms` (in all),
+        and `u.<unit>` = ms for each unit of work charged (each at most once)."""
         return f"{self.tag(tenant)}:saga:{job_id}"

@@ -1,41 +1,42 @@
-"""The GPU-quota saga's steps on Redis: reserve (at submission), settle (the job completed:
-charge its measured GPU time, give back the rest) and release (the compensation: the
-submission was refused, or the job failed, was canceled, dead-lettered or expired).
+"""The GPU-quota saga's steps on Redis: reserve (at submission), charge (the job ended in a way
+its tenant pays for: charge each metered unit of its work once, give back the reservation) and
+release (the compensation: the submission was refused, or the job's end is waived).
 
 Each step is one script in the tenant's slot and is recorded in the job's saga ledger there;
 a step that happened already is a no-op, so retries, redelivered events and a process killed
-at any point never charge or refund twice. Which step a job event calls for is pure policy
-(`step_for_event`).
+at any point never charge or refund twice. Which step a job's end calls for is pure policy
+(shared/tenants/charging.py).
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 
 from redis.asyncio import Redis
 
-from splatq.shared.engine.events import EventType
 from splatq.shared.tenants.keys import TenantKeys
 from splatq.shared.tenants.periods import Period, window
 from splatq.shared.tenants.scripts import TenantScript, TenantScripts
 
 SAGA_TTL_MS = 40 * 24 * 3600 * 1000
-# A period's usage is kept this long after the period ended (late settles, reports).
+# A period's usage is kept this long after the period ended (late charges, reports).
 USAGE_TTL_MS = 40 * 24 * 3600 * 1000
+# The saga ledger's record of each unit of work it charged: `u.<unit>` = ms.
+CHARGED_UNIT_PREFIX = "u."
 
 
 class SagaStep(StrEnum):
     RESERVE = "reserve"
-    SETTLE = "settle"
+    CHARGE = "charge"
     RELEASE = "release"
 
 
 class ReleaseReason(StrEnum):
     REFUSED = "refused"  # the submission did not create the job (duplicate, overloaded)
-    FAILED = "failed"  # includes dead-lettered jobs (they fail with code dead_lettered)
-    CANCELED = "canceled"
+    FAILED = "failed"  # a failure the platform caused (waived)
     EXPIRED = "expired"  # the job's record is gone (the sweeper)
 
 
@@ -75,18 +76,6 @@ class StepResult:
     amount_ms: int = 0
 
 
-def step_for_event(event_type: str) -> tuple[SagaStep, ReleaseReason | None] | None:
-    """What a job event means for the job's quota: completed -> settle; failed (dead letters
-    included) and canceled -> release; anything else -> nothing."""
-    if event_type == EventType.COMPLETED:
-        return SagaStep.SETTLE, None
-    if event_type == EventType.FAILED:
-        return SagaStep.RELEASE, ReleaseReason.FAILED
-    if event_type == EventType.CANCELED:
-        return SagaStep.RELEASE, ReleaseReason.CANCELED
-    return None
-
-
 class QuotaBook:
     def __init__(self, redis: Redis, keys: TenantKeys | None = None) -> None:
         self.redis = redis
@@ -115,7 +104,7 @@ class QuotaBook:
         return Reservation(reply[0], amount_ms, _usage(tenant, reply[1:]))
 
     async def release(self, tenant: str, job_id: str, reason: ReleaseReason) -> StepResult:
-        """The compensation: give the job's reservation back (once; never after a settle)."""
+        """The compensation: give the job's open reservation back, charging nothing."""
         reply = await self.scripts.run(
             TenantScript.QUOTA_RELEASE,
             [self.keys.reservations(tenant), self.keys.saga(tenant, job_id)],
@@ -125,22 +114,35 @@ class QuotaBook:
             return StepResult(SagaStep.RELEASE, True, reason.value, int(reply[1]))
         return StepResult(SagaStep.RELEASE, False, reply[1])
 
-    async def settle(self, tenant: str, job_id: str, measured_ms: int) -> StepResult:
-        """Step 3: charge the measured GPU time, give back the reservation (once)."""
+    async def charge(
+        self, tenant: str, job_id: str, units: Mapping[str, int], outcome: str
+    ) -> StepResult:
+        """Charge each of the job's metered `units` (unit -> ms) not charged yet, and close its
+        reservation if open. `amount_ms` is what was charged now."""
         usage_keys, _ = self._periods(tenant, int(time.time() * 1000))
+        args: list[str | int] = [job_id, outcome, SAGA_TTL_MS, USAGE_TTL_MS]
+        for unit, ms in sorted(units.items()):
+            args += [unit, max(0, int(ms))]
         reply = await self.scripts.run(
-            TenantScript.QUOTA_SETTLE,
+            TenantScript.QUOTA_CHARGE,
             [
                 self.keys.reservations(tenant),
                 self.keys.saga(tenant, job_id),
                 self.keys.quota(tenant),
                 *usage_keys,
             ],
-            [job_id, max(0, int(measured_ms)), SAGA_TTL_MS, USAGE_TTL_MS],
+            args,
         )
-        if reply[0] == "settled":
-            return StepResult(SagaStep.SETTLE, True, f"reserved {reply[2]} ms", int(reply[1]))
-        return StepResult(SagaStep.SETTLE, False, reply[1])
+        if reply[0] == "charged":
+            detail = f"{outcome}: reservation {reply[2]} ms closed, {reply[3]} ms charged in all"
+            return StepResult(SagaStep.CHARGE, True, detail, int(reply[1]))
+        return StepResult(SagaStep.CHARGE, False, reply[1])
+
+    async def charged_units(self, tenant: str, job_id: str) -> dict[str, int]:
+        """The units of work the job's ledger charged: unit -> ms."""
+        ledger = await self.ledger(tenant, job_id)
+        n = len(CHARGED_UNIT_PREFIX)
+        return {k[n:]: int(v) for k, v in ledger.items() if k.startswith(CHARGED_UNIT_PREFIX)}
 
     async def usage(self, tenant: str) -> Usage:
         now = int(time.time() * 1000)
@@ -161,7 +163,8 @@ class QuotaBook:
         )
 
     async def ledger(self, tenant: str, job_id: str) -> dict[str, str]:
-        """The job's saga ledger: step -> `at_ms|amount_ms|detail`."""
+        """The job's saga ledger: step -> `at_ms|amount_ms|detail`, `charged_ms`, and
+        `u.<unit>` -> ms for each unit of work it charged."""
         return dict(await self.redis.hgetall(self.keys.saga(tenant, job_id)))  # type: ignore[misc]
 
     async def open_reservations(self, tenant: str) -> dict[str, tuple[str, int, int]]:

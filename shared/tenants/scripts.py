@@ -18,7 +18,7 @@ from redis.asyncio import Redis
 class TenantScript(StrEnum):
     QUOTA_RESERVE = "quota_reserve"
     QUOTA_RELEASE = "quota_release"
-    QUOTA_SETTLE = "quota_settle"
+    QUOTA_CHARGE = "quota_charge"
     KEY_PUT = "key_put"
     KEY_REVOKE = "key_revoke"
 

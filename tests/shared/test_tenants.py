@@ -61,24 +61,31 @@ async def test_every_step_happens_once(redis: Redis) -> None:
     again = await book.reserve("acme", JOB_A, 30_000)  # a resend: not reserved twice
     assert (first.outcome, again.outcome) == ("reserved", "exists")
     assert (await book.usage("acme")).reserved_ms == 30_000
-    settled = await book.settle("acme", JOB_A, 12_345)
-    assert settled.done
-    assert settled.amount_ms == 12_345
-    assert not (await book.settle("acme", JOB_A, 12_345)).done
-    assert not (await book.release("acme", JOB_A, ReleaseReason.FAILED)).done  # after settle
+    units = {"ingest.aa": 345, "reconstruct.bb": 12_000}
+    charged = await book.charge("acme", JOB_A, units, "completed")
+    assert charged.done
+    assert charged.amount_ms == 12_345
+    # a resend, or the same event read again: every unit is charged already
+    assert not (await book.charge("acme", JOB_A, units, "completed")).done
+    assert not (await book.release("acme", JOB_A, ReleaseReason.FAILED)).done  # closed
     usage = await book.usage("acme")
     assert (usage.reserved_ms, usage.used_ms) == (0, 12_345)
-    assert set(await book.ledger("acme", JOB_A)) == {"reserve", "settle"}
-    # compensation: once; a failed-then-redriven job that completes is charged once
+    assert await book.charged_units("acme", JOB_A) == units
+    # a second end (redriven, then completed) charges only the units it adds
+    more = {**units, "export.cc": 55}
+    assert (await book.charge("acme", JOB_A, more, "completed")).amount_ms == 55
+    assert (await book.usage("acme")).used_ms == 12_400
+    # a waived end: the reservation goes back once, nothing is charged; the job redriven and
+    # completed is charged its units then (reused work counts when it is used)
     await book.reserve("acme", JOB_B, 30_000)
     assert (await book.release("acme", JOB_B, ReleaseReason.FAILED)).amount_ms == 30_000
     assert not (await book.release("acme", JOB_B, ReleaseReason.FAILED)).done
-    assert (await book.settle("acme", JOB_B, 1_000)).done
+    assert (await book.charge("acme", JOB_B, {"job": 1_000}, "completed")).done
     usage = await book.usage("acme")
-    assert (usage.reserved_ms, usage.used_ms) == (0, 13_345)
+    assert (usage.reserved_ms, usage.used_ms) == (0, 13_400)
     # a job that never reserved is neither charged nor recorded
     never = "job_00001JD0000000000000000000C"
-    assert not (await book.settle("acme", never, 5_000)).done
+    assert not (await book.charge("acme", never, {"job": 5_000}, "completed")).done
     assert await book.ledger("acme", never) == {}
 
 

@@ -6,9 +6,10 @@
 --       (0 = unbounded), 9 max backlog of this tenant in it (0 = unbounded),
 --       10 fair-scheduling policy, JSON {"cost", "weight", "cap", "quantum", "group"}, or ''
 --       to go straight into the stream in arrival order (see fair_push),
---       11.. field/value pairs for the job hash (they include 'tenant' and 'stream')
+--       11 'join' to only join the job holding the claim key, never create one ('' = create),
+--       12.. field/value pairs for the job hash (they include 'tenant' and 'stream')
 -- Returns {'created', job_id, entry_id ('' while it waits in a fair queue), flat job hash...} |
---         {'duplicate', job_id, claim_status} |
+--         {'duplicate', job_id, claim_status} | {'not_joined'} (join only, and no live claim) |
 --         {'exists', job_id} | {'overloaded', backlog, scope ('tenant' | 'stream')}
 local job_id = ARGV[1]
 if redis.call('EXISTS', KEYS[1]) == 1 then
@@ -21,9 +22,14 @@ if KEYS[4] then
     return {'duplicate', held[2], held[1]}
   end
 end
+if ARGV[11] == 'join' then
+  -- The caller may only join (its quota gate made no reservation, counting on the claim's
+  -- job): a claim that ended meanwhile (the job was canceled or failed) creates nothing.
+  return {'not_joined'}
+end
 local fields = {}
 local given = {}
-for i = 11, #ARGV, 2 do
+for i = 12, #ARGV, 2 do
   fields[#fields + 1] = ARGV[i]
   fields[#fields + 1] = ARGV[i + 1]
   given[ARGV[i]] = ARGV[i + 1]

@@ -51,8 +51,16 @@ local now = now_ms()
 -- Every field of the commit goes out in one HSET (fewer calls inside the script).
 local sets = {}
 if target ~= 'canceled' then
-  -- (a canceled job's artifacts were not committed, whatever the worker computed)
   for i = 21, #ARGV do sets[#sets + 1] = ARGV[i] end
+else
+  -- A canceled job's artifacts are not committed, whatever the worker computed; the work it
+  -- metered (`m.<unit>`, shared/engine/metering.py) is, since it was done.
+  for i = 21, #ARGV, 2 do
+    if string.sub(ARGV[i], 1, 2) == 'm.' then
+      sets[#sets + 1] = ARGV[i]
+      sets[#sets + 1] = ARGV[i + 1]
+    end
+  end
 end
 local function put(name, value)
   sets[#sets + 1] = name
