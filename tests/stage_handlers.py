@@ -25,6 +25,7 @@ from typing import Any
 
 from splatq.shared.engine.errors import PermanentError, TransientError
 from splatq.shared.engine.jobs import JobOutcome, StageDone
+from splatq.shared.engine.metering import total_ms
 from splatq.shared.engine.stages import PipelineStage, stage_digest
 from splatq.shared.engine.worker import JobContext, JobHandler
 from splatq.shared.settings import Settings
@@ -109,7 +110,7 @@ class ToyStages:
                         out = data[-16:]
                 return {"out": out}, {"stage": stage.value}
 
-            done = await self.store.run_stage(ctx.job, stage, digest, ("out",), work)
+            done = await self.store.run_stage(ctx.job, stage, digest, ("out",), work, ctx.meter)
             if not done.skipped:
                 if stage.value in meta.get("kill_after_work", []) and await self._once(
                     ctx, "kill", stage
@@ -136,6 +137,7 @@ class ToyStages:
             os.kill(os.getpid(), signal.SIGKILL)
         return JobOutcome(
             artifacts={"result": f"{exported.decode()}|{rendered.decode()}"},
+            compute_time_ms=total_ms(ctx.job.metered),
             extra_fields={"publish_token": ctx.token},
         )
 

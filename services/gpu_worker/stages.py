@@ -63,7 +63,7 @@ from splatq.shared.engine.errors import (
 from splatq.shared.engine.events import EventType
 from splatq.shared.engine.jobs import JobOutcome, StageDone
 from splatq.shared.engine.keys import StreamName
-from splatq.shared.engine.metering import quick_unit, stage_unit, total_ms
+from splatq.shared.engine.metering import quick_unit, total_ms
 from splatq.shared.engine.stages import PipelineStage, StageRecord, stage_digest
 from splatq.shared.engine.worker import JobContext, JobHandler
 from splatq.shared.settings import Settings
@@ -180,12 +180,9 @@ class StageHandlers:
         work: StageWork,
     ) -> StageDone:
         ctx.raise_if_stopped()
-        done = await self.store.run_stage(ctx.job, stage, digest, names, work)
         # Metered before the stop check: work a cancel interrupted at this boundary was done
-        # (and is charged); a reused output is metered with the time of the run that made it,
-        # which records it only if that run died before it could.
-        if done.work_ms is not None:
-            await ctx.meter(stage_unit(stage.value, done.digest), done.work_ms)
+        # (and is charged).
+        done = await self.store.run_stage(ctx.job, stage, digest, names, work, ctx.meter)
         ctx.raise_if_stopped()
         return done
 

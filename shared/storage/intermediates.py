@@ -19,6 +19,7 @@ import structlog
 
 from splatq.shared.engine.errors import PermanentError
 from splatq.shared.engine.jobs import JobRecord, StageDone
+from splatq.shared.engine.metering import stage_unit
 from splatq.shared.engine.stages import PipelineStage, StageRecord, StageStatus, stage_digest
 from splatq.shared.storage.store import Storage, intermediate_key, intermediate_prefix
 
@@ -26,6 +27,8 @@ log = structlog.get_logger("splatq.intermediates")
 
 # The work of one stage: its output files by name, and small facts for later stages.
 StageWork = Callable[[], Awaitable[tuple[dict[str, bytes], dict[str, str]]]]
+# Records a unit of work with its measured ms (a run's `JobContext.meter`).
+Meter = Callable[[str, int], Awaitable[object]]
 FACTS = "facts.json"
 # The marker's record of the time the run that made the outputs measured (not a fact for
 # later stages: read back and removed when the outputs are reused).
@@ -47,6 +50,24 @@ class IntermediateStore:
         self.work_done: dict[PipelineStage, int] = dict.fromkeys(PipelineStage, 0)
 
     async def run_stage(
+        self,
+        job: JobRecord,
+        stage: PipelineStage,
+        digest: str,
+        names: tuple[str, ...],
+        work: StageWork,
+        meter: Meter | None = None,
+    ) -> StageDone:
+        """Skip, reuse or do the stage's work (see the module). `meter` (the run's
+        `JobContext.meter`) records the unit of work the outputs are: as soon as they are
+        stored, or on a reuse with the time of the run that made them -- which records it only
+        if that run died before it could (shared/engine/metering.py)."""
+        done = await self._run_stage(job, stage, digest, names, work)
+        if meter is not None and done.work_ms is not None:
+            await meter(stage_unit(stage.value, done.digest), done.work_ms)
+        return done
+
+    async def _run_stage(
         self,
         job: JobRecord,
         stage: PipelineStage,
