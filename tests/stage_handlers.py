@@ -13,6 +13,8 @@ Metadata:
                                           first run only
   {"kill_after_work": ["<stage>", ...]}   SIGKILL this process after the stage's work wrote
                                           its outputs (before its commit), once per stage
+  {"kill_before_meter": ["<stage>", ...]} the same, between storing the outputs and metering
+                                          them (shared/engine/metering.py)
 """
 
 from __future__ import annotations
@@ -110,7 +112,14 @@ class ToyStages:
                         out = data[-16:]
                 return {"out": out}, {"stage": stage.value}
 
-            done = await self.store.run_stage(ctx.job, stage, digest, ("out",), work, ctx.meter)
+            async def meter(unit: str, ms: int) -> None:
+                if stage.value in meta.get("kill_before_meter", []) and await self._once(
+                    ctx, "kill_before_meter", stage
+                ):
+                    os.kill(os.getpid(), signal.SIGKILL)
+                await ctx.meter(unit, ms)
+
+            done = await self.store.run_stage(ctx.job, stage, digest, ("out",), work, meter)
             if not done.skipped:
                 if stage.value in meta.get("kill_after_work", []) and await self._once(
                     ctx, "kill", stage

@@ -50,7 +50,13 @@ async def test_a_sigkill_at_every_stage_boundary_loses_nothing_and_repeats_no_co
             JobSpec(
                 tenant="acme",
                 quality="preview",
-                metadata={"kill_after_work": [s.value for s in PIPELINE]},
+                metadata={
+                    # the work stages die before metering their stored outputs, publish after
+                    # its work: the reuse meters each unit with the dead run's own time
+                    "kill_before_meter": [s.value for s in PIPELINE[:-1]],
+                    "kill_after_work": ["publish"],
+                    "slow": {s.value: 0.05 for s in PIPELINE},
+                },
             )
         )
     ).job_id
@@ -93,6 +99,10 @@ async def test_a_sigkill_at_every_stage_boundary_loses_nothing_and_repeats_no_co
     types = await job_events(redis, queue, job_id)
     assert types.count("3d_reconstruction.completed") == 1
     assert types.count("3d_reconstruction.started") == 2  # ingest's two runs
+    # every unit of work metered once, with the time of the run that did it (and died)
+    assert sorted(u.split(".")[0] for u in job.metered) == sorted(s.value for s in PIPELINE[:-1])
+    assert all(ms >= 50 for ms in job.metered.values()), job.metered
+    assert job.compute_time_ms == sum(job.metered.values())
 
 
 async def test_gpu_and_cpu_pods_share_the_work_and_a_killed_gpu_pod_is_replaced(
@@ -211,6 +221,10 @@ async def test_a_worker_stalled_past_its_lease_mid_stage_commits_nothing_when_it
     }
     works = await _works(redis, job_id)
     assert works == {"ingest": 1, "reconstruct": 2, "export": 1, "render": 1, "publish": 1}
+    # reconstruct ran twice, and is metered once: the stale run's meter was fenced out
+    assert sorted(u.split(".")[0] for u in after.metered) == [
+        "export", "ingest", "reconstruct", "render"
+    ]  # fmt: skip
     types = await job_events(redis, queue, job_id)
     assert types.count("3d_reconstruction.completed") == 1
     # 4 later stages, each running + succeeded, and reconstruct's takeover ran once more
