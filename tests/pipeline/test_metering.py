@@ -64,7 +64,7 @@ def assert_measured(job: JobRecord, stages: tuple[PipelineStage, ...]) -> None:
     assert set(by_stage) == {s.value for s in stages}, job.metered
     assert len(job.metered) == len(stages), job.metered
     for stage, ms in by_stage.items():
-        assert SLOW_S * 1000 <= ms < SLOW_S * 1000 + 5_000, (stage, ms)
+        assert SLOW_S * 1000 <= ms < SLOW_S * 1000 + 20_000, (stage, ms)
 
 
 async def test_a_failure_after_the_work_is_metered_once_with_the_makers_time(
