@@ -235,7 +235,7 @@ async def _gateway_ready(http: aiohttp.ClientSession, settings: Settings) -> boo
 
 async def _ticked_pids(redis: Redis, keys: KeySchema, since_ms: int) -> set[int]:
     """The process ids of the workers on this host that ticked a fleet clock since
-    `since_ms` (a staged process runs a worker per stage: they tick under names of its pid)."""
+    `since_ms` (a staged process ticks once, under one name for all its stage workers)."""
     pids: set[int] = set()
     for p in range(keys.partitions):
         for member in await redis.zrangebyscore(keys.workers(p), since_ms, "+inf"):

@@ -131,9 +131,11 @@ async def stage_handlers(settings: Settings, storage: LocalFileStorage) -> Async
 @pytest.fixture
 async def start_stages(redis: Redis, settings: Settings) -> AsyncIterator[StagesFactory]:
     """Start in-process staged workers: one `Worker` per job stage given (on that stage's
-    streams, with its own queue) and the cleanup consumer when `cleanup` is given; all are
-    stopped after the test. Returns the started workers."""
+    streams, with its own queue) and the cleanup consumer when `cleanup` is given, one fleet
+    member per call (as a staged process); all are stopped after the test. Returns the
+    started workers."""
     from splatq.shared.engine.cleanup import CleanupWorker  # noqa: PLC0415
+    from splatq.shared.engine.fleet import FleetMember  # noqa: PLC0415
     from splatq.shared.engine.stages import PIPELINE, PipelineStage  # noqa: PLC0415
 
     started: list[tuple[Any, asyncio.Task[None]]] = []
@@ -144,12 +146,15 @@ async def start_stages(redis: Redis, settings: Settings) -> AsyncIterator[Stages
         chosen = parse_stage_list(stages) if isinstance(stages, str) else tuple(stages)
         s = settings.with_overrides(**overrides)
         out: list[Any] = []
+        member = FleetMember()
         for stage in chosen:
             if stage in PIPELINE:
                 q = JobQueue(redis, s).for_stage(stage)
-                w: Any = Worker(q, s.for_stage(stage.value), handlers.handler(stage))
+                h = handlers.handler(stage)
+                w: Any = Worker(q, s.for_stage(stage.value), h, member=member)
             elif stage is PipelineStage.CLEANUP:
-                w = CleanupWorker(JobQueue(redis, s), handlers.cleanup, claim_idle_ms=1000)
+                q = JobQueue(redis, s)
+                w = CleanupWorker(q, handlers.cleanup, consumer=member.name, claim_idle_ms=1000)
             else:
                 continue
             started.append((w, asyncio.create_task(w.run())))

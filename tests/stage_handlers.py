@@ -15,6 +15,11 @@ Metadata:
                                           its outputs (before its commit), once per stage
   {"kill_before_meter": ["<stage>", ...]} the same, between storing the outputs and metering
                                           them (shared/engine/metering.py)
+  {"poison": ["<stage>", ...]}            a poison job: every run of the stage SIGKILLs its
+                                          process before any work, once the test allows it:
+                                          run n (counted in `poison_runs_key`) waits until
+                                          `poison_key` (an integer the test sets) reaches n
+  {"slow_once": {"<stage>": seconds}}     sleep at the start of the stage's first run only
 """
 
 from __future__ import annotations
@@ -43,6 +48,16 @@ UPSTREAM = {
 
 def work_key(job_id: str, stage: str) -> str:
     return f"test:stagework:{job_id}:{stage}"
+
+
+def poison_key(job_id: str) -> str:
+    """How many runs of a poison stage may kill their process (the test raises it)."""
+    return f"test:poison:{job_id}"
+
+
+def poison_runs_key(job_id: str, stage: str) -> str:
+    """How many runs of a poison stage have started (each waits for its turn to kill)."""
+    return f"test:poisonrun:{job_id}:{stage}"
 
 
 def expected_result(job_id: str) -> str:
@@ -83,8 +98,23 @@ class ToyStages:
         key = f"test:once:{ctx.job.id}:{stage.value}:{what}"
         return bool(await ctx.queue.redis.set(key, "1", nx=True, ex=3600))
 
+    async def _hazards(self, ctx: JobContext, stage: PipelineStage) -> None:
+        """What the metadata asks of a run at its start: a poison kill, a first-run sleep."""
+        meta: dict[str, Any] = dict(ctx.job.metadata)
+        redis = ctx.queue.redis
+        if stage.value in meta.get("poison", []):
+            run = await redis.incr(poison_runs_key(ctx.job.id, stage.value))
+            # the go-ahead comes from the test process, through Redis
+            while int(await redis.get(poison_key(ctx.job.id)) or 0) < run:  # noqa: ASYNC110
+                await asyncio.sleep(0.02)
+            os.kill(os.getpid(), signal.SIGKILL)
+        seconds = meta.get("slow_once", {}).get(stage.value)
+        if seconds and await self._once(ctx, "slow_once", stage):
+            await asyncio.sleep(float(seconds))
+
     def _make(self, stage: PipelineStage) -> JobHandler:
         async def run(ctx: JobContext) -> StageDone:
+            await self._hazards(ctx, stage)
             meta: dict[str, Any] = dict(ctx.job.metadata)
             if stage.value in meta.get("fail", {}) and await self._once(ctx, "fail", stage):
                 raise PermanentError("told to fail", code=meta["fail"][stage.value])
@@ -136,6 +166,7 @@ class ToyStages:
     async def publish(self, ctx: JobContext) -> JobOutcome:
         meta: dict[str, Any] = dict(ctx.job.metadata)
         stage = PipelineStage.PUBLISH
+        await self._hazards(ctx, stage)
         if stage.value in meta.get("fail", {}) and await self._once(ctx, "fail", stage):
             raise PermanentError("told to fail", code=meta["fail"][stage.value])
         exported = await self.store.read(self.store.upstream(ctx.job, PipelineStage.EXPORT), "out")

@@ -19,12 +19,12 @@ from collections.abc import Awaitable, Callable
 import structlog
 from redis.exceptions import ResponseError
 
+from splatq.shared.engine.fleet import REDIS_ERRORS, new_consumer_name
 from splatq.shared.engine.ids import is_job_id
 from splatq.shared.engine.keys import STREAMS
 from splatq.shared.engine.queue import JobQueue
 from splatq.shared.engine.scripts import Script, ScriptCall
 from splatq.shared.engine.stages import PipelineStage, StageRecord, StageStatus
-from splatq.shared.engine.worker import REDIS_ERRORS, new_consumer_name
 from splatq.shared.metrics import EngineMetrics
 
 log = structlog.get_logger("splatq.cleanup")

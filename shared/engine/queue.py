@@ -552,10 +552,14 @@ class JobQueue:
         return taken
 
     async def renew_many(
-        self, leases: Sequence[tuple[str, StreamName, str, str]], consumer: str
+        self,
+        leases: Sequence[tuple[str, StreamName, str, str]],
+        consumer: str,
+        running: int = 0,
     ) -> list[int]:
         """Renew (job_id, stream, entry_id, token) leases: 0 lost, 1 ok, 2 cancel requested,
-        -1 unknown (an error reply for that lease alone: it is tried again next tick)."""
+        -1 unknown (an error reply for that lease alone: it is tried again next tick).
+        `running`: the jobs the consumer's process runs (`co_running`; at least the leases)."""
         calls = [
             ScriptCall(
                 Script.RENEW,
@@ -564,7 +568,14 @@ class JobQueue:
                     self.keys.job(job_id),
                     self.keys.stream(partition_of(job_id), stream),
                 ],
-                [token, self.settings.lease_ttl_ms, self.group, consumer, entry_id, len(leases)],
+                [
+                    token,
+                    self.settings.lease_ttl_ms,
+                    self.group,
+                    consumer,
+                    entry_id,
+                    max(running, len(leases)),
+                ],
             )
             for job_id, stream, entry_id, token in leases
         ]

@@ -1,7 +1,9 @@
 """Process entry for a staged worker (`splatq worker --stages a,b,c`): one `Worker` per job
 stage it runs -- each on its own stage's streams, with its own slots, attempts and timeout --
 and the cleanup consumer when `cleanup` is among them, sharing one Redis connection pool, one
-metrics registry and the stage handlers' resources (storage, model).
+metrics registry, the stage handlers' resources (storage, model) and one fleet membership: the
+process is one failure domain, so its stage workers take one consumer name, tick the fleet
+clock once and count their jobs together (`FleetMember`, shared/engine/fleet.py).
 
 Wiring only; the behaviour lives in `splatq.shared.engine.worker` and `.cleanup`.
 """
@@ -17,6 +19,7 @@ import structlog
 
 from splatq.shared import tracing
 from splatq.shared.engine.cleanup import CleanupWorker
+from splatq.shared.engine.fleet import FleetMember
 from splatq.shared.engine.replicated_queue import open_queue
 from splatq.shared.engine.runner import traced
 from splatq.shared.engine.stages import PIPELINE, PipelineStage
@@ -62,6 +65,7 @@ async def run_stage_workers(
     register_build_info(service=service)
     redis = connect(settings.redis_url, client_name=f"splatq-{service}")
     queue = open_queue(redis, settings)
+    member = FleetMember()
     workers = [
         Worker(
             queue.for_stage(stage),
@@ -70,11 +74,14 @@ async def run_stage_workers(
             metrics,
             sample_queues=i == 0,
             thread_setup=getattr(handlers, "thread_setup", None),
+            member=member,
         )
         for i, stage in enumerate(s for s in stages if s in PIPELINE)
     ]
     cleaner = (
-        CleanupWorker(queue, handlers.cleanup, metrics) if PipelineStage.CLEANUP in stages else None
+        CleanupWorker(queue, handlers.cleanup, metrics, consumer=member.name)
+        if PipelineStage.CLEANUP in stages
+        else None
     )
     stoppable: list[Worker | CleanupWorker] = [*workers, *([cleaner] if cleaner else [])]
 
@@ -85,7 +92,7 @@ async def run_stage_workers(
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop)
-    log.info("stage_worker.starting", stages=[s.value for s in stages])
+    log.info("stage_worker.starting", stages=[s.value for s in stages], consumer=member.name)
     try:
         async with health_endpoint(settings.metrics_port, settings.liveness_max_age_s):
             await handlers.startup(stages)

@@ -11,10 +11,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import importlib
-import os
 import random
 import secrets
-import socket
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from concurrent.futures import Executor
@@ -23,9 +21,7 @@ from typing import Any, Protocol, TypeVar
 
 import orjson
 import structlog
-from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError
-from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from splatq.shared.engine import events
 from splatq.shared.engine.cpu_priority import ClassExecutors, ThreadSetup
@@ -42,6 +38,7 @@ from splatq.shared.engine.errors import (
     classify,
 )
 from splatq.shared.engine.events import EventType
+from splatq.shared.engine.fleet import REDIS_ERRORS, FleetMember, new_consumer_name
 from splatq.shared.engine.jobs import JobOutcome, JobRecord, StageDone
 from splatq.shared.engine.keys import STREAMS, StreamName
 from splatq.shared.engine.metering import METER_PREFIX, WHOLE_JOB_UNIT
@@ -57,7 +54,6 @@ from splatq.shared.settings import Settings
 log = structlog.get_logger("splatq.worker")
 T = TypeVar("T")
 
-REDIS_ERRORS = (RedisConnectionError, RedisTimeoutError, ConnectionError, OSError)
 # How long a worker keeps resending one take/start call whose reply was lost (the replay
 # memo answers the resend with the first execution's reply, so nothing runs twice).
 RESEND_WINDOW_S = 5.0
@@ -237,10 +233,6 @@ class _Commit:
     done: asyncio.Future[tuple[str, str]]
 
 
-def new_consumer_name() -> str:
-    return f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(3)}"
-
-
 class Worker:
     """Consumes the work streams of the owned partitions and runs `handler` per job."""
 
@@ -254,12 +246,18 @@ class Worker:
         rng: random.Random | None = None,
         sample_queues: bool = True,
         thread_setup: ThreadSetup | None = None,
+        member: FleetMember | None = None,
     ) -> None:
         self.queue = queue
         self.settings = settings
         self.handler = handler
         self.metrics = metrics
-        self.consumer = consumer or new_consumer_name()
+        # The process this worker is part of (shared/engine/fleet.py): its name is this
+        # worker's consumer name, and the fleet counts the process, not its stage workers.
+        if member is not None and consumer is not None and consumer != member.name:
+            raise ValueError(f"consumer {consumer!r} is not the member's name {member.name!r}")
+        self.member = member or FleetMember(consumer or new_consumer_name())
+        self.consumer = self.member.name
         # One worker per process samples the queue gauges (a staged process runs several).
         self.sample_queues = sample_queues
         # The pipeline stage this worker runs (its queue reads that stage's streams); None:
@@ -287,6 +285,7 @@ class Worker:
         )
         self._rng = rng or random.Random()
         self._running: dict[str, _Running] = {}
+        self.member.count(self._handlers_running)
         self._commits: asyncio.Queue[_Commit] = asyncio.Queue()
         self._slot_freed = asyncio.Event()
         self._stopping = asyncio.Event()
@@ -309,6 +308,12 @@ class Worker:
     def running_jobs(self) -> int:
         return len(self._running)
 
+    def _handlers_running(self) -> int:
+        """This worker's share of its process's `co_running` (see FleetMember.running): runs
+        whose handler has not returned -- a run past it is committing, and its job may already
+        be starting in the next stage here, which must not count it twice."""
+        return sum(not r.committing for r in self._running.values())
+
     async def run(self) -> None:
         """Run until `stop()`; then drain within the grace period and return."""
         while True:
@@ -327,8 +332,8 @@ class Worker:
             asyncio.create_task(self._heartbeat_loop(), name="heartbeat"),
             asyncio.create_task(self._commit_loop(), name="committer"),
             asyncio.create_task(self._maintenance_loop(), name="maintenance"),
-            asyncio.create_task(self._fleet_clock_loop(), name="fleet-clock"),
         ]
+        self.member.join(self.queue, self.partitions, self.settings.fleet_tick_interval_s)
         self.log.info(
             "worker.started",
             partitions=list(self.partitions),
@@ -344,6 +349,7 @@ class Worker:
             for task in helpers:
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
+            await self.member.leave()
             self.executors.shutdown()
             self.log.info("worker.stopped")
 
@@ -462,7 +468,7 @@ class Worker:
             self.pool.idle,
             self.consumer,
             resend_for_s=RESEND_WINDOW_S,
-            running=len(self._running),
+            running=self.member.running(),
         )
         held = 0
         for t in taken:
@@ -507,7 +513,7 @@ class Worker:
                 tokens,
                 self.consumer,
                 resend_for_s=RESEND_WINDOW_S,
-                running=len(self._running) + len(valid),
+                running=self.member.running() + len(valid),
             )
         except REDIS_ERRORS:
             # Unknown whether the scripts ran: the entries stay pending and any lease taken
@@ -955,7 +961,9 @@ class Worker:
                 (r.ctx.job.id, r.ctx.stream, r.ctx.entry.entry_id, r.ctx.token) for r in running
             ]
             try:
-                replies = await self.queue.renew_many(leases, self.consumer)
+                replies = await self.queue.renew_many(
+                    leases, self.consumer, running=self.member.running()
+                )
             except Exception as exc:
                 # Unknown, not lost: while Redis cannot answer, the jobs keep running. When it
                 # answers again, renew re-takes each lapsed lease nobody else took, and says
@@ -998,16 +1006,6 @@ class Worker:
             running.task.cancel()
 
     # -- periodic maintenance -------------------------------------------------------------
-
-    async def _fleet_clock_loop(self) -> None:
-        """Tick each owned partition's fleet clock, busy or idle: gaps in the fleet's contact
-        with Redis are what tells an outage (not charged to leases) from a dead worker."""
-        interval = self.settings.fleet_tick_interval_s
-        while True:
-            # Unreachable Redis is the point of the clock: nothing to do until it answers.
-            with contextlib.suppress(*REDIS_ERRORS):
-                await self.queue.fleet_tick(self.partitions, self.consumer)
-            await asyncio.sleep(interval)
 
     async def _maintenance_loop(self) -> None:
         interval = min(self.settings.reaper_interval_ms / 1000, 1.0)

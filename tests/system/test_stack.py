@@ -21,9 +21,9 @@ from splatq.services.stack import (
     consumer_pid,
     services_to_run,
 )
+from splatq.shared.engine.fleet import new_consumer_name
 from splatq.shared.engine.queue import JobQueue
 from splatq.shared.engine.stages import ALL_STAGES, DEVICE_STAGES, parse_stage_list
-from splatq.shared.engine.worker import new_consumer_name
 from splatq.shared.redis.server import free_port
 from splatq.shared.settings import Settings
 from tests.conftest import wait_until

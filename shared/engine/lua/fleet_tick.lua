@@ -1,5 +1,6 @@
--- fleet_tick: a live worker reached Redis now (see fleet_tick in _preamble.lua). Every worker
--- calls it per partition several times per lease TTL, busy or idle.
+-- fleet_tick: a live worker process reached Redis now (see fleet_tick in _preamble.lua). Every
+-- worker process calls it per partition several times per lease TTL, busy or idle -- once for
+-- all its stage workers, under the name they share (shared/engine/fleet.py).
 -- KEYS (one slot): 1 the partition's fleet clock hash
 -- ARGV: 1 allowance ms (a gap in contact longer than this is counted as an outage),
 --       2 the worker's consumer name (optional)

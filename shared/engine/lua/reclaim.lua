@@ -59,16 +59,19 @@ if status == 'processing' and worker and worker ~= '' then
 end
 -- Crash attribution: the lease lapsed while Redis was reachable, so the job's worker died (or
 -- stalled past the lease). That is evidence against the job only in part: 1/k when k jobs
--- shared the worker (`co_running`, kept by start and renew). A job alone on its worker at
--- every death -- the poison signal -- is charged in full each time. The limit applies to the
--- charge; the raw delivery count has a hard cap of its own, so nothing cycles forever.
+-- shared the worker process (`co_running`, kept by start and renew: the process's jobs over
+-- all its stage workers, which share one name -- see shared/engine/fleet.py). A job alone in
+-- its process at every death -- the poison signal -- is charged in full each time. The limit
+-- applies to the charge; the raw delivery count has a hard cap of its own, so nothing cycles
+-- forever.
 local max_charge = tonumber(ARGV[3])
 local charge = tonumber(st[9]) or 0
 local lapses = st[10] or ''
 -- A mass death -- other workers fell silent in the same period (a node drained, a spot
 -- reclaim, the OOM killer taking several pods, a chaos drill) -- is not evidence against this
--- job: it is charged nothing. Every worker records its last contact in `<tag>:workers` (see
--- fleet_tick.lua), busy or idle; this job's worker went silent about when its lease was last
+-- job: it is charged nothing. Every worker process records its last contact in `<tag>:workers`
+-- (see fleet_tick.lua), busy or idle: one name per process, so a process's own stage workers
+-- never count as others; this job's worker went silent about when its lease was last
 -- renewed (`lease_until_ms` - TTL). Another worker counts when it has been silent for half a
 -- lease TTL (live ones tick every TTL/6), fell silent within four TTLs of this one, and never ran this job (its name is not in the
 -- job's own lapse log): a poison job's deaths are all deaths of workers that ran it, so they

@@ -4,7 +4,7 @@
 -- by reclaim): a holder whose lease key lapsed -- a Redis outage, a stall -- while nobody
 -- took the job over gets its lease back; one that was taken over is told it lost it.
 -- KEYS (one slot): 1 lease, 2 job hash, 3 work stream
--- ARGV: 1 token, 2 ttl_ms, 3 group, 4 consumer, 5 entry_id, 6 jobs running on this worker
+-- ARGV: 1 token, 2 ttl_ms, 3 group, 4 consumer, 5 entry_id, 6 jobs running in this worker's process
 -- Returns 0 (lease lost: stop, commit nothing) | 1 (renewed) | 2 (renewed; cancel requested)
 if not holds_run(KEYS[2], ARGV[1]) then
   return 0

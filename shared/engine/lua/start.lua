@@ -3,8 +3,8 @@
 -- KEYS (one slot): 1 job hash, 2 lease, 3 events stream, 4 work stream, 5 claim key (optional)
 -- ARGV: 1 lease token, 2 ttl_ms, 3 consumer, 4 entry_id, 5 group, 6 event_id,
 --       7 events_maxlen, 8 started event name, 9 claim_ttl_ms, 10 failed event name,
---       11 jobs running on this worker once these start, 12 dlq_maxlen, 13 the pipeline
---       stage this worker runs ('' or absent = whole jobs)
+--       11 jobs running in this worker's process once these start, 12 dlq_maxlen, 13 the
+--       pipeline stage this worker runs ('' or absent = whole jobs)
 -- Returns {'started', flat job hash...} | {'unknown'} | {'skip', status} | {'stale'} |
 --         {'busy'} | {'dead_lettered', detail}
 return start_entry(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], ARGV[5], ARGV[4], ARGV[1],

@@ -9,7 +9,7 @@
 -- ARGV: 1 group, 2 consumer, 3 own interactive, 4 own synthesis, 5 idle slots, 6 ttl_ms,
 --       7 token nonce, 8 events_maxlen, 9 started event name, 10 claim_ttl_ms, 11 key tag
 --       ('splatq:{p0}'), 12 event id base, 13 job format version, 14 failed event name,
---       15 replay memo TTL ms, 16 jobs already running on this worker, 17 dlq_maxlen,
+--       15 replay memo TTL ms, 16 jobs already running in this worker's process, 17 dlq_maxlen,
 --       18 fair-scheduling quantum (the largest job cost), 19 stream_maxlen,
 --       20 '1' feed from the tenants' fair queues (the entry stage) | '0' (a later pipeline
 --       stage: its streams are filled by advance.lua), 21 the next pipeline stage's stream
@@ -53,7 +53,7 @@ if prior then
 end
 
 -- Phase one reads; phase two starts what was read, so every start knows how many jobs the
--- worker will run at once (`co_running`: a worker death is charged 1/k to each of them).
+-- worker's process will run at once (`co_running`: a death is charged 1/k to each of them).
 local read = {}
 
 local fair = ARGV[20] ~= '0'
