@@ -24,7 +24,9 @@ from pydantic import BaseModel, ValidationError
 
 def _schema_dir(version: str) -> Any:
     best = [v for v in all_versions() if major_minor(v) <= major_minor(version)][-1]
-    return resources.files("kubernetes_validate") / "kubernetes-json-schema" / f"v{best}-local-strict"
+    return (
+        resources.files("kubernetes_validate") / "kubernetes-json-schema" / f"v{best}-local-strict"
+    )
 
 
 @cache
@@ -38,7 +40,9 @@ def _validator(version: str, kind: str, api_version: str) -> jsonschema.protocol
     group_version = re.sub(r"^([^./]*)(?:\.[^/]*)?/", r"\1-", api_version)
     path = _schema_dir(version) / f"{kind.lower()}-{group_version}.json"
     schema = json.loads(path.read_text(encoding="utf-8"))
-    registry = _definitions(version) @ (referencing.Resource.from_contents(schema) @ referencing.Registry())
+    registry = _definitions(version) @ (
+        referencing.Resource.from_contents(schema) @ referencing.Registry()
+    )
     return jsonschema.validators.Draft202012Validator(schema, registry=registry)
 
 

@@ -44,7 +44,9 @@ def compose_schema() -> dict[str, Any]:
 def schema_problems(doc: dict[str, Any]) -> list[str]:
     validator_class = jsonschema.validators.validator_for(compose_schema())
     validator = validator_class(compose_schema())
-    return [f"{'.'.join(map(str, e.absolute_path))}: {e.message}" for e in validator.iter_errors(doc)]
+    return [
+        f"{'.'.join(map(str, e.absolute_path))}: {e.message}" for e in validator.iter_errors(doc)
+    ]
 
 
 @cache
@@ -88,7 +90,9 @@ def test_compose_matches_the_compose_specification() -> None:
 
 @pytest.mark.skipif(
     shutil.which("docker") is None
-    or subprocess.run(["docker", "compose", "version"], capture_output=True, check=False).returncode,
+    or subprocess.run(
+        ["docker", "compose", "version"], capture_output=True, check=False
+    ).returncode,
     reason="the docker compose plugin is not installed: the schema check above stands for it",
 )
 def test_docker_compose_reads_the_file() -> None:
@@ -139,7 +143,8 @@ def test_every_container_is_hardened() -> None:
         assert service.get("cap_drop") == ["ALL"], name
         assert "no-new-privileges:true" in service.get("security_opt", []), name
         assert "/tmp" in service.get("tmpfs", []), name
-        assert "privileged" not in service and "cap_add" not in service, name
+        assert "privileged" not in service, name
+        assert "cap_add" not in service, name
         if name in splatq_services():
             assert service["user"] == user, name
     for published in (p for s in services().values() for p in s.get("ports", [])):
@@ -153,7 +158,9 @@ def test_redis_keeps_an_aof_and_never_evicts() -> None:
     assert options["--appendonly"] == "yes"
     assert options["--maxmemory-policy"] == "noeviction"
     [volume] = redis["volumes"]
-    assert volume.split(":")[1] == options["--dir"] and volume.split(":")[0] in compose()["volumes"]
+    name, _, mount = volume.partition(":")
+    assert mount == options["--dir"]
+    assert name in compose()["volumes"]
     for name, service in splatq_services().items():
         assert service["environment"]["SPLATQ_REDIS_URL"] == "redis://redis:6379/0", name
         assert service["depends_on"]["redis"]["condition"] == "service_healthy", name

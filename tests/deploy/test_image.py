@@ -28,10 +28,12 @@ from tests.deploy.manifests import PACKAGE_VERSION, REPO_ROOT, build, pod_templa
 
 DOCKERFILE = REPO_ROOT / "Dockerfile"
 INSTALL = REPO_ROOT / "docker" / "install.sh"
-HADOLINT = shutil.which("hadolint") or shutil.which("hadolint", path=str(Path(sys.executable).parent))
+HADOLINT = shutil.which("hadolint") or shutil.which(
+    "hadolint", path=str(Path(sys.executable).parent)
+)
 
 
-# -- .dockerignore, as Docker reads it (moby/patternmatcher) ------------------------------------------
+# -- .dockerignore, as Docker reads it (moby/patternmatcher) -------------------------------------
 
 
 def _pattern_regex(pattern: str) -> re.Pattern[str]:
@@ -53,8 +55,8 @@ def _pattern_regex(pattern: str) -> re.Pattern[str]:
 def dockerignore_rules(text: str) -> list[tuple[bool, re.Pattern[str]]]:
     """(is an exception `!`, regex) per pattern, in order."""
     rules = []
-    for line in text.splitlines():
-        line = line.strip()
+    for raw in text.splitlines():
+        line = raw.strip()
         if not line or line.startswith("#"):
             continue
         negated = line.startswith("!")
@@ -143,7 +145,8 @@ def test_the_image_runs_as_the_manifests_non_root_user() -> None:
     user = re.search(r"^USER (\d+):(\d+)$", final_stage(), re.M)
     assert user, "the final stage must set a numeric USER uid:gid"
     uid, gid = int(user.group(1)), int(user.group(2))
-    assert uid != 0 and gid != 0
+    assert uid != 0
+    assert gid != 0
     for pod in pod_templates(build("base")):
         sc = pod.spec["securityContext"]
         assert (sc["runAsUser"], sc["runAsGroup"]) == (uid, gid), pod.owner
@@ -170,9 +173,12 @@ def test_the_torch_pin_and_the_cuda_variant() -> None:
     assert arg_default("TORCH_VERSION") == pin
     assert arg_default("TORCH_INDEX_URL").endswith("/cpu")
     makefile = (REPO_ROOT / "Makefile").read_text(encoding="utf-8")
-    assert "command -v docker" in makefile and "command -v podman" in makefile
+    assert "command -v docker" in makefile
+    assert "command -v podman" in makefile
     cuda = re.search(r"^image-cuda:.*?(?=^\S)", makefile, re.M | re.S)
-    assert cuda and "BASE_IMAGE=" in cuda.group(0) and "TORCH_INDEX_URL=" in cuda.group(0)
+    assert cuda
+    assert "BASE_IMAGE=" in cuda.group(0)
+    assert "TORCH_INDEX_URL=" in cuda.group(0)
     assert re.search(r"^CUDA_BASE_IMAGE \?= nvidia/cuda:\S+-runtime-", makefile, re.M)
 
 
@@ -193,8 +199,12 @@ def test_hadolint_passes(tmp_path: Path) -> None:
 # -- the install step on a clean copy of the context ----------------------------------------------
 
 
-def run(argv: list[str], env: dict[str, str], timeout: float = 300) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(argv, env=env, capture_output=True, text=True, timeout=timeout, check=False)
+def run(
+    argv: list[str], env: dict[str, str], timeout: float = 300
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        argv, env=env, capture_output=True, text=True, timeout=timeout, check=False
+    )
 
 
 @pytest.fixture(scope="module")
@@ -223,9 +233,11 @@ def test_the_install_step_yields_a_working_cli(installed: Path) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("SPLATQ_")}
     version = run([str(installed / "bin/splatq"), "--version"], env)
     assert version.stdout.strip() == f"splatq {PACKAGE_VERSION}"
-    where = run([str(installed / "bin/python"), "-c", "import splatq.services.cli as m; print(m.__file__)"], env)  # fmt: skip
+    python = str(installed / "bin/python")
+    where = run([python, "-c", "import splatq.services.cli as m; print(m.__file__)"], env)
     assert where.stdout.strip().startswith(str(installed)), where  # the built copy, not this tree
-    lua = run([str(installed / "bin/python"), "-c", "import splatq.shared.engine as e, pathlib; print(len(list(pathlib.Path(e.__file__).parent.glob('lua/*.lua'))))"], env)  # fmt: skip
+    count = "import splatq.shared.engine as e, pathlib; print(len(list(pathlib.Path(e.__file__).parent.glob('lua/*.lua'))))"  # noqa: E501
+    lua = run([python, "-c", count], env)
     assert int(lua.stdout) > 0, "the package data (Lua scripts) is missing from the image"
 
 
@@ -245,7 +257,9 @@ def test_the_installed_gateway_passes_its_check(
     assert run([splatq, "gateway", "--check"], env, 30).returncode == 1  # nothing there yet
     for service in ("settler", "worker"):
         assert run([splatq, service, "--check"], env, 30).returncode == 0, service
-    gateway = subprocess.Popen([splatq, "gateway"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)  # fmt: skip
+    gateway = subprocess.Popen(
+        [splatq, "gateway"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+    )
     try:
         deadline = time.monotonic() + 60
         while (check := run([splatq, "gateway", "--check"], env, 30)).returncode != 0:

@@ -52,7 +52,9 @@ def pods(folder: str) -> dict[str, Pod]:
 
 def splatq_pods(folder: str) -> dict[str, Pod]:
     return {
-        n: p for n, p in pods(folder).items() if p.labels.get("app.kubernetes.io/part-of") == "splatq"
+        n: p
+        for n, p in pods(folder).items()
+        if p.labels.get("app.kubernetes.io/part-of") == "splatq"
     }
 
 

@@ -103,7 +103,10 @@ def test_every_pod_meets_the_restricted_profile(folder: str) -> None:
     for pod in pods:
         assert restricted_violations(pod.spec) == [], pod.owner
         for c in pod.containers():
-            assert c["securityContext"].get("readOnlyRootFilesystem") is True, (pod.owner, c["name"])
+            assert c["securityContext"].get("readOnlyRootFilesystem") is True, (
+                pod.owner,
+                c["name"],
+            )
         assert pod.spec.get("automountServiceAccountToken") is False, pod.owner
 
 
@@ -215,14 +218,19 @@ def test_the_settler_runs_with_a_pdb_probes_and_metrics() -> None:
     assert container["livenessProbe"]["httpGet"] == {"path": "/livez", "port": "metrics"}
     assert container["readinessProbe"]["httpGet"]["port"] == "metrics"
     assert {p["name"]: p["containerPort"] for p in container["ports"]} == {
-        "metrics": int(objects_of(docs, "ConfigMap")["splatq-config"]["data"]["SPLATQ_METRICS_PORT"])
+        "metrics": int(
+            objects_of(docs, "ConfigMap")["splatq-config"]["data"]["SPLATQ_METRICS_PORT"]
+        )
     }
     pdb = objects_of(docs, "PodDisruptionBudget")["splatq-settler"]
     assert pdb["spec"]["selector"]["matchLabels"] == settler["spec"]["selector"]["matchLabels"]
     [monitor] = [
         m
         for m in objects_of(docs, "PodMonitor").values()
-        if all(pod["metadata"]["labels"].get(k) == v for k, v in m["spec"]["selector"]["matchLabels"].items())
+        if all(
+            pod["metadata"]["labels"].get(k) == v
+            for k, v in m["spec"]["selector"]["matchLabels"].items()
+        )
     ]
     assert [e["port"] for e in monitor["spec"]["podMetricsEndpoints"]] == ["metrics"]
 
@@ -230,7 +238,10 @@ def test_the_settler_runs_with_a_pdb_probes_and_metrics() -> None:
 @pytest.mark.parametrize("folder", OVERLAYS)
 def test_every_deployment_has_a_pdb(folder: str) -> None:
     docs = build(folder)
-    pdbs = [p["spec"]["selector"]["matchLabels"] for p in objects_of(docs, "PodDisruptionBudget").values()]
+    pdbs = [
+        p["spec"]["selector"]["matchLabels"]
+        for p in objects_of(docs, "PodDisruptionBudget").values()
+    ]
     for name, d in objects_of(docs, "Deployment").items():
         if d["spec"]["template"]["metadata"]["labels"].get("app.kubernetes.io/part-of") != "splatq":
             continue  # the dev stack's single Redis and MinIO
@@ -265,7 +276,9 @@ def test_dev_redis_keeps_an_aof_on_a_volume_and_never_evicts() -> None:
     options = dict(zip(command[1::2], command[2::2], strict=True))
     assert options["--appendonly"] == "yes"
     assert options["--maxmemory-policy"] == "noeviction"
-    [data] = [m for m in spec["containers"][0]["volumeMounts"] if m["mountPath"] == options["--dir"]]
+    [data] = [
+        m for m in spec["containers"][0]["volumeMounts"] if m["mountPath"] == options["--dir"]
+    ]
     [volume] = [v for v in spec["volumes"] if v["name"] == data["name"]]
     assert volume["persistentVolumeClaim"]["claimName"] in objects_of(docs, "PersistentVolumeClaim")
     assert redis["spec"]["strategy"]["type"] == "Recreate"
@@ -293,9 +306,13 @@ def test_dev_storage_is_the_in_cluster_minio_bucket() -> None:
 
 def test_dev_key_is_generated_in_the_cluster_not_committed() -> None:
     docs = build("overlays/dev")
-    secret, _ = container_environment(docs, {"envFrom": [{"secretRef": {"name": "splatq-secrets"}}]})
+    secret, _ = container_environment(
+        docs, {"envFrom": [{"secretRef": {"name": "splatq-secrets"}}]}
+    )
     assert "SPLATQ_API_KEYS" not in secret
-    [container] = objects_of(docs, "Job")["splatq-dev-key"]["spec"]["template"]["spec"]["containers"]
+    [container] = objects_of(docs, "Job")["splatq-dev-key"]["spec"]["template"]["spec"][
+        "containers"
+    ]
     invocations = splatq_invocations(container["command"])
     assert invocations[-1][:3] == ["keys", "add", "dev"]
 
@@ -306,7 +323,9 @@ def test_only_the_dev_dispatcher_reaches_private_addresses(folder: str) -> None:
     for owner, c in splatq_containers(docs):
         env, _ = container_environment(docs, c)
         allow = env.get("SPLATQ_WEBHOOK_ALLOW_PRIVATE", "0")
-        expected = "1" if (folder, owner) == ("overlays/dev", "Deployment/splatq-dispatcher") else "0"
+        expected = (
+            "1" if (folder, owner) == ("overlays/dev", "Deployment/splatq-dispatcher") else "0"
+        )
         assert allow == expected, owner
 
 
@@ -326,7 +345,9 @@ def test_gpu_overlay_schedules_by_priority_and_spreads_over_zones() -> None:
         for background in ("splatq-redriver", "splatq-settler"):
             assert priority[name] > priority[background], (name, background)
     for d in deployments.values():
-        keys = {c["topologyKey"] for c in d["spec"]["template"]["spec"]["topologySpreadConstraints"]}
+        keys = {
+            c["topologyKey"] for c in d["spec"]["template"]["spec"]["topologySpreadConstraints"]
+        }
         assert keys == {"kubernetes.io/hostname", "topology.kubernetes.io/zone"}
         for c in d["spec"]["template"]["spec"]["containers"]:
             assert set(c["resources"]["requests"]) >= {"cpu", "memory"}
@@ -339,7 +360,8 @@ def test_gpu_overlay_runs_the_cuda_image_on_gpu_nodes_with_keda() -> None:
     [worker] = gpu["containers"]
     assert worker["image"] == f"registry.example.com/splatq:{PACKAGE_VERSION}-cuda"
     assert worker["resources"]["limits"]["nvidia.com/gpu"] == 1
-    assert gpu["nodeSelector"] and gpu["tolerations"]
+    assert gpu["nodeSelector"]
+    assert gpu["tolerations"]
     for name, d in deployments.items():
         if name != "splatq-worker-gpu":
             image = d["spec"]["template"]["spec"]["containers"][0]["image"]
