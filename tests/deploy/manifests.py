@@ -1,8 +1,9 @@
 """What tests/deploy reads: the built overlays, the pods in them, the CLI invocations their
 containers run, the environment those containers get, and the restricted Pod Security check.
 
-Pure functions over parsed YAML; the only I/O is running kustomize (kubectl's built-in one, or
-a `kustomize` binary) on a folder of k8s/.
+Pure functions over parsed YAML; the only I/O is building a folder of k8s/: with kubectl's
+built-in kustomize or a `kustomize` binary where one is installed, else with kustomize_lite
+(held to the real one by test_kustomize_lite.py wherever both exist).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ import yaml
 import splatq.shared.settings
 from splatq.services import cli
 from splatq.shared.engine.stages import parse_stage_list
+from tests.deploy import kustomize_lite
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 K8S = REPO_ROOT / "k8s"
@@ -75,7 +77,12 @@ def kustomize_command() -> list[str] | None:
 def build(folder: str) -> tuple[dict[str, Any], ...]:
     """The objects `kubectl apply -k k8s/<folder>` would apply (offline)."""
     command = kustomize_command()
-    assert command, "no kustomize"
+    if command is None:
+        return tuple(kustomize_lite.build(K8S / folder))
+    return build_with(command, folder)
+
+
+def build_with(command: list[str], folder: str) -> tuple[dict[str, Any], ...]:
     result = subprocess.run(
         [*command, str(K8S / folder)], capture_output=True, text=True, timeout=120, check=False
     )

@@ -11,13 +11,8 @@ from typing import Any
 
 import pytest
 
-from tests.deploy.manifests import OVERLAYS, build, kustomize_command, objects_of, pod_templates
+from tests.deploy.manifests import OVERLAYS, build, objects_of, pod_templates
 from tests.deploy.netpol import External, Pod, allowed
-
-pytestmark = pytest.mark.skipif(
-    kustomize_command() is None,
-    reason="neither kubectl nor kustomize is installed (make deploy-tools says why)",
-)
 
 NAMESPACE = "splatq"
 DNS = Pod("kube-system", {"k8s-app": "kube-dns"})

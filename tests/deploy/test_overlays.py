@@ -26,7 +26,6 @@ from tests.deploy.manifests import (
     container_environment,
     image_name_and_tag,
     is_project_image,
-    kustomize_command,
     objects_of,
     pod_templates,
     restricted_violations,
@@ -35,11 +34,6 @@ from tests.deploy.manifests import (
     unknown_variables,
 )
 from tests.deploy.schemas import core_schema_problems, crd_problems
-
-pytestmark = pytest.mark.skipif(
-    kustomize_command() is None,
-    reason="neither kubectl nor kustomize is installed (make deploy-tools says why)",
-)
 
 # The oldest Kubernetes minor the manifests are validated against (topologySpreadConstraints'
 # matchLabelKeys is beta, on by default, from 1.27); kubernetes-validate ships its schemas.
