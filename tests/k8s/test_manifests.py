@@ -53,6 +53,7 @@ GATEWAY = BASE / "gateway-deployment.yaml"
 GATEWAY_SERVICE = BASE / "gateway-service.yaml"
 DISPATCHER = BASE / "dispatcher-deployment.yaml"
 REDRIVER = BASE / "redriver-deployment.yaml"
+SETTLER = BASE / "settler-deployment.yaml"
 PODMONITOR = BASE / "podmonitor.yaml"
 GPU_PATCH = K8S / "overlays" / "gpu" / "worker-gpu-patch.yaml"
 KEDA = K8S / "autoscaling" / "keda-scaledobject.yaml"
@@ -61,7 +62,7 @@ RULES = K8S / "monitoring" / "prometheusrule.yaml"
 DASHBOARD = K8S / "monitoring" / "grafana-dashboard.json"
 OPERATIONS_DOC = REPO_ROOT / "docs" / "operations.md"
 PROMTOOL_TESTS = Path(__file__).with_name("alerts.promtool.yaml")
-DEPLOYMENTS = (*WORKERS, GATEWAY, DISPATCHER, REDRIVER)
+DEPLOYMENTS = (*WORKERS, GATEWAY, DISPATCHER, REDRIVER, SETTLER)
 PROMTOOL = shutil.which("promtool")
 
 YAML_FILES = sorted(p for p in K8S.rglob("*") if p.suffix in {".yaml", ".yml"})
@@ -89,6 +90,7 @@ RUNBOOK_ANCHORS = {
     "redis-error-replies",
     "sse-streams-refused",
     "redriver",
+    "settler",
     "scheduled-tasks",
     "dead-letters-waiting",
     "expired-leases",
@@ -117,6 +119,7 @@ REQUIRED_ALERTS = {
     "SplatqSseStreamsRefused",
     "SplatqTaskNotSucceeding",
     "SplatqRedriverDown",
+    "SplatqSettlerDown",
     "SplatqDeadLettersWaiting",
     "SplatqRedrivesFailing",
     "SplatqExpiredLeasesUnreclaimed",
@@ -362,6 +365,8 @@ def test_manifest_tree_is_complete() -> None:
         GATEWAY_SERVICE,
         DISPATCHER,
         REDRIVER,
+        SETTLER,
+        BASE / "networkpolicy.yaml",
         PODMONITOR,
         K8S / "overlays" / "gpu" / "kustomization.yaml",
         GPU_PATCH,
@@ -399,7 +404,9 @@ def package_version() -> str:
     return found.group(1)
 
 
-@pytest.mark.parametrize("folder", ["base", "monitoring", "autoscaling"])
+@pytest.mark.parametrize(
+    "folder", ["base", "monitoring", "autoscaling", "overlays/dev", "overlays/gpu"]
+)
 def test_kustomizations_apply_the_recommended_labels(folder: str) -> None:
     """Every object a kustomization applies gets app.kubernetes.io/{instance,version,
     managed-by,part-of}; version is the package's (and the image tag's)."""
@@ -422,7 +429,7 @@ def test_every_object_names_its_app(path: Path) -> None:
     for doc in yaml.safe_load_all(path.read_text()):
         if not doc or doc.get("kind") in {"Kustomization"} or "metadata" not in doc:
             continue
-        if path.parent.name == "gpu":
+        if "overlays" in path.parts and path.name.endswith("-patch.yaml"):
             continue  # a patch: its target keeps its own labels
         labels = doc["metadata"].get("labels", {})
         assert "app.kubernetes.io/name" in labels, (path, doc["metadata"].get("name"))
@@ -462,7 +469,9 @@ KUBECTL = shutil.which("kubectl")
 
 
 @pytest.mark.skipif(KUBECTL is None, reason="kubectl is not installed")
-@pytest.mark.parametrize("folder", ["base", "overlays/gpu", "autoscaling", "monitoring"])
+@pytest.mark.parametrize(
+    "folder", ["base", "overlays/gpu", "overlays/dev", "autoscaling", "monitoring"]
+)
 def test_kustomizations_build(folder: str) -> None:
     """`kubectl kustomize` (offline) builds each kustomization; in the GPU overlay's output the
     GPU worker, and only it, takes a GPU and runs on CUDA."""
@@ -629,7 +638,9 @@ def test_only_the_gpu_worker_takes_a_gpu() -> None:
     else, its container by the base's name; no base Deployment requests a GPU."""
     overlay = only_doc(K8S / "overlays" / "gpu" / "kustomization.yaml", "Kustomization")
     gpu_name = only_doc(WORKER_GPU, "Deployment")["metadata"]["name"]
-    assert [p["target"]["name"] for p in overlay["patches"]] == [gpu_name]
+    [gpu_patch] = [p for p in overlay["patches"] if p.get("path") == GPU_PATCH.name]
+    assert gpu_patch["target"]["name"] == gpu_name
+    assert not [p for p in overlay["patches"] if "nvidia.com/gpu" in p.get("patch", "")]
     patch = only_doc(GPU_PATCH, "Deployment")
     assert patch["metadata"]["name"] == gpu_name
     patched = {c["name"] for c in patch["spec"]["template"]["spec"]["containers"]}
