@@ -181,6 +181,9 @@ class Settings:
     # beyond which submissions are refused (503) instead of queued forever.
     rate_limit_per_s: float = 20.0
     rate_limit_burst: int = 40
+    # The same per tenant for GET /v1/jobs (listings), a budget of its own.
+    list_rate_limit_per_s: float = 10.0
+    list_rate_limit_burst: int = 20
     max_backlog_interactive: int = 10_000
     max_backlog_synthesis: int = 2_000
     # One tenant's share of a stream partition's backlog: past it, that tenant alone gets
@@ -503,6 +506,12 @@ class Settings:
             decode_wait_s=_float(e, "SPLATQ_DECODE_WAIT_S", d.decode_wait_s, 0.0, 60.0),
             rate_limit_per_s=_float(e, "SPLATQ_RATE_LIMIT_PER_S", d.rate_limit_per_s, 0.001, 1e6),
             rate_limit_burst=_int(e, "SPLATQ_RATE_LIMIT_BURST", d.rate_limit_burst, 1),
+            list_rate_limit_per_s=_float(
+                e, "SPLATQ_LIST_RATE_LIMIT_PER_S", d.list_rate_limit_per_s, 0.001, 1e6
+            ),
+            list_rate_limit_burst=_int(
+                e, "SPLATQ_LIST_RATE_LIMIT_BURST", d.list_rate_limit_burst, 1
+            ),
             max_backlog_interactive=_int(
                 e, "SPLATQ_MAX_BACKLOG_INTERACTIVE", d.max_backlog_interactive, 0
             ),

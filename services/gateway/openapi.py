@@ -314,9 +314,11 @@ def _document(server_url: str, max_wait_s: int) -> dict[str, Any]:
                 },
                 "get": {
                     "operationId": "listJobs",
-                    "description": "The caller's jobs, newest first. A status filter is "
-                    "applied to the records read, so a page may come back short (even "
-                    "empty) with a next_cursor: follow it until it is null.",
+                    "description": "The caller's jobs, newest first. A page examines a "
+                    "bounded number of the tenant's jobs (4 per item of `limit`, at least "
+                    "32), so with a status filter it may come back short (even empty) with "
+                    "a next_cursor: follow it until it is null. Listings have a per-tenant "
+                    "rate limit of their own (429 rate_limited).",
                     "parameters": [
                         {
                             "name": "status",
@@ -376,6 +378,11 @@ def _document(server_url: str, max_wait_s: int) -> dict[str, Any]:
                         },
                         "400": _problem("invalid_request: bad status, time, limit or cursor"),
                         "401": _problem("missing or unknown API key"),
+                        "429": _problem(
+                            "rate_limited: this API key's listings are over "
+                            "SPLATQ_LIST_RATE_LIMIT_PER_S (burst SPLATQ_LIST_RATE_LIMIT_BURST)",
+                            _RETRY_AFTER,
+                        ),
                         "503": _UNAVAILABLE,
                     },
                 },

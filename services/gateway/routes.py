@@ -136,12 +136,7 @@ async def submit_job(request: web.Request) -> web.Response:
     )
     if not allowed:
         counter.labels("rate_limited").inc()
-        raise ApiError(
-            429,
-            "rate_limited",
-            "too many requests for this API key",
-            {"Retry-After": str(max(1, math.ceil(retry_ms / 1000)))},
-        )
+        raise _rate_limited(retry_ms, "submissions")
     idem_header = idempotency_key(request)
     submission = await read_submission(
         request, settings.max_upload_bytes, settings.webhook_allow_private
@@ -195,6 +190,15 @@ async def submit_job(request: web.Request) -> web.Response:
     if wait_s and response.status == 202:
         return await _answer_after_wait(request, tenant, job.id, wait_s, response)
     return response
+
+
+def _rate_limited(retry_ms: int, what: str) -> ApiError:
+    return ApiError(
+        429,
+        "rate_limited",
+        f"too many {what} for this API key",
+        {"Retry-After": str(max(1, math.ceil(retry_ms / 1000)))},
+    )
 
 
 async def _answer_after_wait(
@@ -441,10 +445,17 @@ async def _enqueue(
 
 
 async def list_jobs(request: web.Request) -> web.Response:
-    """The caller's jobs, newest first (shared/engine/listing.py, gateway/listing.py)."""
+    """The caller's jobs, newest first (shared/engine/listing.py, gateway/listing.py): a
+    page examines O(limit) index entries (a short page carries a cursor to go on from), and
+    each tenant's listings have their own token bucket (429 `rate_limited`)."""
     settings = request.app[SETTINGS]
     tenant = await authenticate(request)
     query = listing.parse_query(request.query)
+    allowed, retry_ms = await request.app[QUEUE].take_tokens(
+        tenant, settings.list_rate_limit_per_s, settings.list_rate_limit_burst, bucket="list"
+    )
+    if not allowed:
+        raise _rate_limited(retry_ms, "listings")
     page = await engine_listing.list_jobs(
         request.app[QUEUE], tenant, query.limit, query.job_filter, query.after
     )

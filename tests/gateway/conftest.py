@@ -35,6 +35,8 @@ async def make_client(
             "max_upload_bytes": 2 * 1024 * 1024,
             "rate_limit_per_s": 1000.0,
             "rate_limit_burst": 1000,
+            "list_rate_limit_per_s": 1000.0,
+            "list_rate_limit_burst": 1000,
             "public_url": "http://gateway.test",
         }
         s = settings.with_overrides(**{**defaults, **overrides})
