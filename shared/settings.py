@@ -211,9 +211,18 @@ class Settings:
     redis_wait_replicas: int = 0
     redis_wait_timeout_ms: int = 500
     # Tenants in Redis (shared/tenants/): the admin API's key (empty = admin API off), and how
-    # long the gateway trusts a looked-up API key (a revoke takes effect within this), in a
-    # cache of at most this many keys per process.
+    # long the gateway reuses a looked-up API key while the key registry's version is
+    # unchanged (revokes and rotations take effect at once), in a cache of at most this many
+    # keys per process.
     admin_api_key: str = ""
+    # Failed admin authentications allowed per minute, per client address and in all (per
+    # gateway process); past either, every admin request is answered 429 until it refills.
+    admin_auth_failures_per_min: int = 10
+    admin_auth_failures_global_per_min: int = 60
+    # A listener of its own for the admin API (0 = it shares the public one); when set, the
+    # public listener answers 404 for /v1/admin/*. Its host defaults to SPLATQ_GATEWAY_HOST.
+    admin_port: int = 0
+    admin_host: str = ""
     api_key_cache_s: float = 5.0
     api_key_cache_size: int = 10_000
     # GPU quotas: GPU time reserved per job at submission, by quality (settled to the

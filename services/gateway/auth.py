@@ -2,10 +2,14 @@
 (`shared/tenants/store.py`, stored as their SHA-256) behind a small per-process cache.
 
 The cache holds at most SPLATQ_API_KEY_CACHE_SIZE lookups (least recently used go first),
-each for SPLATQ_API_KEY_CACHE_S seconds: a key revoked in Redis stops working on every
-gateway within that many seconds, and a key's own expiry (a rotation's grace) is checked on
-every request. Unknown keys are cached too (so a flood of bad keys costs Redis one lookup per
-key and period). Keys are never logged; the cache is keyed by their hash.
+each for at most SPLATQ_API_KEY_CACHE_S seconds and only while the key registry's version
+(`TenantKeys.key_version`, bumped by every rotation and revocation in the same script) is the
+one it was looked up under: each request reads that version (one GET), so a revoked key, or
+one retired by a rotation, stops working at once on every gateway; a key's own expiry (a
+rotation's grace) is checked on every request. Pub/sub invalidation would save the GET but
+delivers at most once: a gateway that missed a message (a reconnect) would keep a revoked
+key. Unknown keys are cached too (a flood of bad keys costs Redis one lookup per key and
+version). Keys are never logged; the cache is keyed by their hash.
 
 Authentication only; what a tenant may see is decided by the handlers (tenant isolation).
 The admin API has its own key (SPLATQ_ADMIN_API_KEY, `authenticate_admin`).
@@ -44,8 +48,9 @@ class KeyResolver:
     ) -> None:
         self._static = [(k.encode(), t) for k, t in static.items()]
         self._store = store
-        # sha256(key) -> (tenant or '' when unknown, key expiry ms (0 = never))
-        self._cache: TtlCache[str, tuple[str, int]] = TtlCache(ttl_s, max_entries)
+        # sha256(key) -> (tenant or '' when unknown, key expiry ms (0 = never), the key
+        # registry's version it was looked up under)
+        self._cache: TtlCache[str, tuple[str, int, int]] = TtlCache(ttl_s, max_entries)
         self.lookups = 0  # Redis lookups made (tests, metrics)
 
     def static_tenant(self, token: str) -> str | None:
@@ -61,13 +66,18 @@ class KeyResolver:
         if tenant is not None or self._store is None:
             return tenant
         store = self._store
+        # Read before the lookup: a change between the two makes the entry look older than
+        # it is (looked up again next time), never newer.
+        version = await store.key_version()
 
-        async def load() -> tuple[str, int]:
+        async def load() -> tuple[str, int, int]:
             self.lookups += 1
             match = await store.lookup(token)
-            return (match.tenant, match.expires_ms) if match else ("", 0)
+            return (match.tenant, match.expires_ms, version) if match else ("", 0, version)
 
-        tenant, expires_ms = await self._cache.get(key_hash(token), load)
+        tenant, expires_ms, _ = await self._cache.get(
+            key_hash(token), load, fresh=lambda entry: entry[2] == version
+        )
         return tenant if tenant and is_live(expires_ms, time.time()) else None
 
 

@@ -206,8 +206,7 @@ def tenant_paths() -> dict[str, Any]:
             "delete": {
                 "operationId": "adminRevokeKey",
                 "security": admin,
-                "description": "Revoke a key: every gateway refuses it within "
-                "SPLATQ_API_KEY_CACHE_S seconds (default 5).",
+                "description": "Revoke a key: every gateway refuses it at once.",
                 "parameters": [_TENANT, _KEY_ID],
                 "responses": {"204": {"description": "revoked"}, **_ADMIN_ERRORS,
                               "404": _problem("not_found: no such key")},
