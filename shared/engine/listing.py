@@ -114,7 +114,7 @@ async def list_jobs(
             if len(jobs) == limit:
                 more = await _any_left(queue, sources, job_filter, position)
                 return JobPage(jobs, position if more else None)
-        if examined >= budget:
+        if examined >= budget and position is not None:
             more = await _any_left(queue, sources, job_filter, position)
             return JobPage(jobs, position if more else None)
 
