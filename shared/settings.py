@@ -396,6 +396,10 @@ class Settings:
                 )
         if self.lease_ttl_ms < 100:
             raise SettingsError("SPLATQ_LEASE_TTL_MS must be >= 100")
+        if self.admin_api_key:
+            check_admin_key(self.admin_api_key)
+        if self.admin_port and self.admin_port == self.gateway_port:
+            raise SettingsError("SPLATQ_ADMIN_PORT must differ from SPLATQ_GATEWAY_PORT")
 
     def tenant_backlog_limit(self, stream_limit: int) -> int:
         """A tenant's bound within a stream partition bounded by `stream_limit` (0 = none)."""
@@ -531,6 +535,17 @@ class Settings:
                 e, "SPLATQ_MAX_BACKLOG_SYNTHESIS", d.max_backlog_synthesis, 0
             ),
             admin_api_key=e.get("SPLATQ_ADMIN_API_KEY", "").strip(),
+            admin_auth_failures_per_min=_int(
+                e, "SPLATQ_ADMIN_AUTH_FAILURES_PER_MIN", d.admin_auth_failures_per_min, 1
+            ),
+            admin_auth_failures_global_per_min=_int(
+                e,
+                "SPLATQ_ADMIN_AUTH_FAILURES_GLOBAL_PER_MIN",
+                d.admin_auth_failures_global_per_min,
+                1,
+            ),
+            admin_port=_int(e, "SPLATQ_ADMIN_PORT", d.admin_port, 0),
+            admin_host=e.get("SPLATQ_ADMIN_HOST", "").strip(),
             api_key_cache_s=_float(e, "SPLATQ_API_KEY_CACHE_S", d.api_key_cache_s, 0.0, 300.0),
             api_key_cache_size=_int(e, "SPLATQ_API_KEY_CACHE_SIZE", d.api_key_cache_size, 1),
             quota_estimates_ms=_quota_estimates(e.get("SPLATQ_QUOTA_ESTIMATE_S", "")),
@@ -685,6 +700,26 @@ class Settings:
             ),
             task_lock_ttl_ms=_int(e, "SPLATQ_TASK_LOCK_TTL_MS", d.task_lock_ttl_ms, 100),
             task_poll_ms=_int(e, "SPLATQ_TASK_POLL_MS", d.task_poll_ms, 10),
+        )
+
+
+# The admin API's key: long and varied enough that guessing it is hopeless even unthrottled.
+MIN_ADMIN_KEY_CHARS = 32
+MIN_ADMIN_KEY_DISTINCT = 10
+
+
+def check_admin_key(key: str) -> None:
+    """SettingsError unless `key` is a strong admin key (never echoed in the message)."""
+    if (
+        len(key) < MIN_ADMIN_KEY_CHARS
+        or len(set(key)) < MIN_ADMIN_KEY_DISTINCT
+        or not (key.isascii() and key.isprintable())
+        or " " in key
+    ):
+        raise SettingsError(
+            f"SPLATQ_ADMIN_API_KEY is too weak: it must be at least {MIN_ADMIN_KEY_CHARS}"
+            f" visible ASCII characters, at least {MIN_ADMIN_KEY_DISTINCT} of them different"
+            " (generate one: python -c 'import secrets; print(secrets.token_urlsafe(32))')"
         )
 
 

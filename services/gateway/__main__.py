@@ -8,6 +8,7 @@ import signal
 import structlog
 from aiohttp import web
 
+from splatq.services.gateway import listeners
 from splatq.services.gateway.app import create_app
 from splatq.shared import tracing
 from splatq.shared.logs import configure_logging
@@ -32,6 +33,8 @@ async def serve(settings: Settings) -> None:
     try:
         site = web.TCPSite(runner, settings.gateway_host, settings.gateway_port)
         await site.start()
+        for extra in listeners.extra_sites(runner, settings):
+            await extra.start()
         for address in runner.addresses:
             log.info(
                 "gateway.listening",

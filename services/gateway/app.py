@@ -16,6 +16,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 
 import structlog
 from aiohttp import web
+from aiohttp.typedefs import Middleware
 from prometheus_client import REGISTRY, CollectorRegistry
 from redis.exceptions import (
     BusyLoadingError,
@@ -28,8 +29,9 @@ from redis.exceptions import (
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from splatq.services.gateway import image_fetch
+from splatq.services.gateway import image_fetch, listeners
 from splatq.services.gateway.auth import KEY_RESOLVER, KeyResolver
+from splatq.services.gateway.auth_throttle import ADMIN_THROTTLE, FailureThrottle
 from splatq.services.gateway.decode_slots import DecodeSlots
 from splatq.services.gateway.images import decode_limits
 from splatq.services.gateway.metrics import GatewayMetrics, method_label
@@ -221,8 +223,11 @@ def create_app(
     """The gateway application; resources open in `cleanup_ctx` and close with the app."""
     from splatq.services.gateway import routes  # noqa: PLC0415 - routes import this module's keys
 
+    middlewares: list[Middleware] = [observe, listeners.middleware(settings)]
+    if tracing.enabled():
+        middlewares.append(trace_request)
     app = web.Application(
-        middlewares=[observe, trace_request] if tracing.enabled() else [observe],
+        middlewares=middlewares,
         client_max_size=settings.max_upload_bytes + 256 * 1024,
     )
     app[SETTINGS] = settings
@@ -238,6 +243,9 @@ def create_app(
         settings.storage_url, settings.storage_root, s3_endpoint_url=settings.s3_endpoint_url
     )
     app[STREAM_CAPS] = StreamCaps(settings.sse_max_streams, settings.sse_max_streams_per_tenant)
+    app[ADMIN_THROTTLE] = FailureThrottle(
+        settings.admin_auth_failures_per_min, settings.admin_auth_failures_global_per_min
+    )
     queue_metrics = QueueMetrics.create(registry)
     register_build_info(registry, "gateway")
 

@@ -12,7 +12,8 @@ key. Unknown keys are cached too (a flood of bad keys costs Redis one lookup per
 version). Keys are never logged; the cache is keyed by their hash.
 
 Authentication only; what a tenant may see is decided by the handlers (tenant isolation).
-The admin API has its own key (SPLATQ_ADMIN_API_KEY, `authenticate_admin`).
+The admin API has its own key (SPLATQ_ADMIN_API_KEY, `authenticate_admin`), and its failed
+authentications are throttled per client address and in all (`auth_throttle.py`).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from collections.abc import Mapping
 
 from aiohttp import web
 
+from splatq.services.gateway.auth_throttle import ADMIN_THROTTLE
 from splatq.services.gateway.problems import ApiError
 from splatq.services.gateway.ttl_cache import TtlCache
 from splatq.shared.tenants.apikeys import key_hash
@@ -108,13 +110,29 @@ async def authenticate(request: web.Request) -> str:
 
 
 async def authenticate_admin(request: web.Request, admin_key: str) -> None:
-    """Admin API access: 403 `admin_disabled` without SPLATQ_ADMIN_API_KEY, 401 without a
-    key or with an unknown one, 403 `forbidden` with a tenant's key, else allowed."""
+    """Admin API access: 403 `admin_disabled` without SPLATQ_ADMIN_API_KEY; 429
+    `too_many_auth_failures` while this client address, or every client together, failed too
+    often (checked before the key, so no guess is evaluated then); 401 without a key or with
+    an unknown one, 403 `forbidden` with a tenant's key (each a failure), else allowed."""
     if not admin_key:
         raise ApiError(403, "admin_disabled", "the admin API is off (no SPLATQ_ADMIN_API_KEY)")
-    token = bearer_token(request)
-    if hmac.compare_digest(admin_key.encode(), token.encode()):
-        return
-    if await request.app[KEY_RESOLVER].tenant_for(token) is not None:
-        raise ApiError(403, "forbidden", "this is a tenant's API key, not the admin key")
-    raise _unauthorized("unknown API key", _INVALID)
+    throttle = request.app[ADMIN_THROTTLE]
+    client = request.remote or ""
+    wait_s = throttle.retry_after_s(client)
+    if wait_s:
+        raise ApiError(
+            429,
+            "too_many_auth_failures",
+            "too many failed admin authentications from this address or in all; retry later",
+            {"Retry-After": str(wait_s)},
+        )
+    try:
+        token = bearer_token(request)
+        if hmac.compare_digest(admin_key.encode(), token.encode()):
+            return
+        if await request.app[KEY_RESOLVER].tenant_for(token) is not None:
+            raise ApiError(403, "forbidden", "this is a tenant's API key, not the admin key")
+        raise _unauthorized("unknown API key", _INVALID)
+    except ApiError:
+        throttle.failed(client)
+        raise

@@ -41,7 +41,7 @@ _PROBLEM_CODES = [
     "internal_error", "endpoint_limit_reached", "endpoint_disabled", "too_many_streams",
     "unavailable", "not_replicated", "quota_exceeded", "forbidden", "admin_disabled",
     "tenant_exists", "image_url_forbidden", "image_url_unreachable",
-    "image_url_too_large", "too_many_fetches",
+    "image_url_too_large", "too_many_fetches", "too_many_auth_failures",
 ]  # fmt: skip
 JOB_STATUSES = [s.value for s in JobStatus]
 TAGS = [

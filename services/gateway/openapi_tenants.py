@@ -90,6 +90,9 @@ _ADMIN_ERRORS = {
     "401": _problem("unauthorized: no API key, or an unknown one"),
     "403": _problem("forbidden (a tenant's key, not the admin key) or admin_disabled (no "
                     "SPLATQ_ADMIN_API_KEY)"),
+    "429": _problem("too_many_auth_failures: this client address, or every client together, "
+                    "failed to authenticate too often (SPLATQ_ADMIN_AUTH_FAILURES_PER_MIN, "
+                    "_GLOBAL_PER_MIN); no key is checked until Retry-After", _RETRY_AFTER),
     "503": _problem("unavailable: Redis unreachable", _RETRY_AFTER),
 }  # fmt: skip
 _BODY_ERRORS = {

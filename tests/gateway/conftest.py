@@ -18,6 +18,9 @@ from splatq.shared.storage.store import LocalFileStorage
 KEY_A, KEY_B = "key-acme", "key-beta"
 AUTH_A = {"Authorization": f"Bearer {KEY_A}"}
 AUTH_B = {"Authorization": f"Bearer {KEY_B}"}
+# The admin API's key in tests: as strong as the gateway insists on (>= 32 varied characters).
+ADMIN_KEY = "admin-test-key-0123456789abcdefghijklmnop"
+ADMIN = {"Authorization": f"Bearer {ADMIN_KEY}"}
 
 ClientFactory = Callable[..., Awaitable[TestClient[Any, Any]]]
 

@@ -14,12 +14,10 @@ from splatq.shared.storage.store import LocalFileStorage
 from splatq.shared.tenants.quota import QuotaBook
 from tests.conftest import wait_until
 from tests.gateway import corpus
-from tests.gateway.conftest import AUTH_A, ClientFactory
+from tests.gateway.conftest import ADMIN, ADMIN_KEY, AUTH_A, ClientFactory
 from tests.gateway.test_api import form, nothing_left_behind, problem
 
 Client = TestClient[Any, Any]
-ADMIN_KEY = "admin-secret-key"
-ADMIN = {"Authorization": f"Bearer {ADMIN_KEY}"}
 PREVIEW = {"quality": "preview"}
 
 
