@@ -398,8 +398,12 @@ class Settings:
             raise SettingsError("SPLATQ_LEASE_TTL_MS must be >= 100")
         if self.admin_api_key:
             check_admin_key(self.admin_api_key)
-        if self.admin_port and self.admin_port == self.gateway_port:
-            raise SettingsError("SPLATQ_ADMIN_PORT must differ from SPLATQ_GATEWAY_PORT")
+        if self.admin_port and self.admin_port in (self.gateway_port, self.metrics_port):
+            raise SettingsError(
+                "SPLATQ_ADMIN_PORT must differ from SPLATQ_GATEWAY_PORT and SPLATQ_METRICS_PORT"
+            )
+        if self.metrics_port and self.metrics_port == self.gateway_port:
+            raise SettingsError("SPLATQ_METRICS_PORT must differ from SPLATQ_GATEWAY_PORT")
 
     def tenant_backlog_limit(self, stream_limit: int) -> int:
         """A tenant's bound within a stream partition bounded by `stream_limit` (0 = none)."""

@@ -18,6 +18,7 @@ from aiohttp import web
 from splatq.services.gateway.app import QUEUE, SETTINGS
 from splatq.services.gateway.auth import authenticate
 from splatq.services.gateway.problems import ApiError, invalid_request, not_found
+from splatq.services.gateway.server import NO_STORE
 from splatq.services.gateway.submission import check_webhook_url, read_capped
 from splatq.services.gateway.views import rfc3339, valid_stream_id
 from splatq.shared.engine.events import EventType
@@ -150,6 +151,7 @@ def _respond(
     body = endpoint_view(endpoint, request.app[SETTINGS].public_base_url, now_ms)
     if with_secret:
         body["secret"] = endpoint.secret
+        headers = {**(headers or {}), **NO_STORE}
     return web.Response(
         status=status, body=orjson.dumps(body), content_type="application/json", headers=headers
     )

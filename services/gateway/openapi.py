@@ -22,8 +22,8 @@ from splatq.services.gateway.openapi_stages import (
     PROGRESSIVE_DESCRIPTION,
     QUICK_VARIANT_DESCRIPTION,
 )
+from splatq.services.gateway.openapi_tenants import NO_STORE_HEADER, tenant_paths
 from splatq.services.gateway.openapi_tenants import SCHEMAS as TENANT_SCHEMAS
-from splatq.services.gateway.openapi_tenants import tenant_paths
 from splatq.services.gateway.submission import MAX_IDEMPOTENCY_KEY, MAX_METADATA_BYTES, QUALITIES
 from splatq.shared import __version__
 from splatq.shared.engine.events import TERMINAL_EVENTS, EventType
@@ -131,7 +131,11 @@ def _secret_responses(description: str) -> dict[str, Any]:
         },
     }
     return {
-        "200": {"description": description, "content": {"application/json": {"schema": schema}}},
+        "200": {
+            "description": description,
+            "headers": NO_STORE_HEADER,
+            "content": {"application/json": {"schema": schema}},
+        },
         "401": _problem("missing or unknown API key"),
         "503": _UNAVAILABLE,
     }
@@ -575,12 +579,21 @@ def _document(server_url: str, max_wait_s: int) -> dict[str, Any]:
             "/metrics": {
                 "get": {
                     "operationId": "metrics",
-                    "security": [],
+                    "security": [{"adminKey": []}],
+                    "description": "Prometheus metrics, on this port behind the admin key. "
+                    "With SPLATQ_METRICS_PORT the gateway serves them there, without a key "
+                    "(for Prometheus), and this port answers 404.",
                     "responses": {
                         "200": {
                             "description": "Prometheus text format",
                             "content": {"text/plain": {"schema": {"type": "string"}}},
-                        }
+                        },
+                        "401": _problem("unauthorized: no key, or an unknown one"),
+                        "403": _problem("forbidden (a tenant's key) or admin_disabled"),
+                        "404": _problem("not_found: served on SPLATQ_METRICS_PORT instead"),
+                        "429": _problem(
+                            "too_many_auth_failures (as for the admin API)", _RETRY_AFTER
+                        ),
                     },
                 }
             },
@@ -617,7 +630,8 @@ def _document(server_url: str, max_wait_s: int) -> dict[str, Any]:
                 "adminKey": {
                     "type": "http",
                     "scheme": "bearer",
-                    "description": "SPLATQ_ADMIN_API_KEY (the /v1/admin/ paths only)",
+                    "description": "SPLATQ_ADMIN_API_KEY (the /v1/admin/ paths, and /metrics "
+                    "on the API port)",
                 },
             },
             "schemas": {
@@ -998,7 +1012,8 @@ def _endpoint_paths(event_names: list[str]) -> dict[str, Any]:
                 }),
                 "responses": {
                     "201": {"description": "created", "content": _ENDPOINT,
-                            "headers": {"Location": {"schema": {"type": "string"}}}},
+                            "headers": {"Location": {"schema": {"type": "string"}},
+                                        **NO_STORE_HEADER}},
                     **_JSON_BODY_ERRORS,
                     "401": _problem("missing or unknown API key"),
                     "409": _problem("endpoint_limit_reached"),
@@ -1050,7 +1065,8 @@ def _endpoint_paths(event_names: list[str]) -> dict[str, Any]:
                 "for 24 h (SPLATQ_WEBHOOK_ROTATION_OVERLAP_S).",
                 "parameters": [_ENDPOINT_ID],
                 "responses": {"200": {"description": "the endpoint with its new secret",
-                                      "content": _ENDPOINT}, **_ENDPOINT_404},
+                                      "headers": NO_STORE_HEADER, "content": _ENDPOINT},
+                              **_ENDPOINT_404},
             },
         },
         "/v1/webhook-endpoints/{endpoint_id}/recover": {

@@ -6,6 +6,8 @@ from typing import Any
 
 PROBLEM_REF = {"application/problem+json": {"schema": {"$ref": "#/components/schemas/Problem"}}}
 _RETRY_AFTER = {"Retry-After": {"schema": {"type": "string"}, "description": "seconds"}}
+# On every answer that carries a secret (and every admin answer): no cache keeps a copy.
+NO_STORE_HEADER = {"Cache-Control": {"schema": {"type": "string", "const": "no-store"}}}
 _TIME_OR_NULL = {"type": ["string", "null"], "format": "date-time"}
 _SECONDS_OR_NULL = {"type": ["number", "null"], "minimum": 0}
 _CAP = {"type": "integer", "minimum": 0, "maximum": 1_000_000}
@@ -78,7 +80,7 @@ def _problem(description: str, headers: dict[str, Any] | None = None) -> dict[st
 
 def _ok(description: str, ref: str, status: str = "200") -> dict[str, Any]:
     schema = {"$ref": f"#/components/schemas/{ref}"}
-    return {status: {"description": description,
+    return {status: {"description": description, "headers": NO_STORE_HEADER,
                      "content": {"application/json": {"schema": schema}}}}  # fmt: skip
 
 

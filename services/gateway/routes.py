@@ -48,6 +48,7 @@ from splatq.services.gateway.images import (
 )
 from splatq.services.gateway.openapi import openapi_document
 from splatq.services.gateway.problems import ApiError, invalid_request, not_found
+from splatq.services.gateway.server import NO_STORE
 from splatq.services.gateway.submission import Submission, idempotency_key, read_submission
 from splatq.services.gateway.tenant_policies import TENANT_POLICIES
 from splatq.services.gateway.views import job_view, rfc3339, valid_stream_id
@@ -665,7 +666,8 @@ def _secret_response(secret: str, previous_expires_ms: int) -> web.Response:
             "secret": secret,
             "scheme": "Standard Webhooks (v1, HMAC-SHA256)",
             "previous_secret_expires_at": rfc3339(previous_expires_ms),
-        }
+        },
+        headers=dict(NO_STORE),
     )
 
 

@@ -12,6 +12,7 @@ from prometheus_client import CollectorRegistry
 from redis.asyncio import Redis
 
 from splatq.services.gateway.app import create_app
+from splatq.services.gateway.server import GatewayRunner
 from splatq.shared.settings import Settings
 from splatq.shared.storage.store import LocalFileStorage
 
@@ -23,6 +24,13 @@ ADMIN_KEY = "admin-test-key-0123456789abcdefghijklmnop"
 ADMIN = {"Authorization": f"Bearer {ADMIN_KEY}"}
 
 ClientFactory = Callable[..., Awaitable[TestClient[Any, Any]]]
+
+
+class GatewayTestServer(TestServer):
+    """aiohttp's TestServer on the gateway's own runner (what `splatq gateway` serves with)."""
+
+    async def _make_runner(self, **kwargs: Any) -> GatewayRunner:
+        return GatewayRunner(self.app, **kwargs)
 
 
 @pytest.fixture
@@ -41,10 +49,11 @@ async def make_client(
             "list_rate_limit_per_s": 1000.0,
             "list_rate_limit_burst": 1000,
             "public_url": "http://gateway.test",
+            "admin_api_key": ADMIN_KEY,
         }
         s = settings.with_overrides(**{**defaults, **overrides})
         app = create_app(s, storage=storage, registry=CollectorRegistry())
-        client = TestClient(TestServer(app))
+        client = TestClient(GatewayTestServer(app))
         await client.start_server()
         clients.append(client)
         return client

@@ -26,7 +26,7 @@ async def _admin_client(make_client: ClientFactory, **overrides: Any) -> Client:
 
 
 async def test_admin_api_auth_codes(make_client: ClientFactory) -> None:
-    off = await make_client()
+    off = await make_client(admin_api_key="")
     await problem(await off.get("/v1/admin/tenants", headers=ADMIN), 403, "admin_disabled")
     client = await _admin_client(make_client)
     await problem(await client.get("/v1/admin/tenants"), 401, "unauthorized")
