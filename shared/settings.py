@@ -190,6 +190,12 @@ class Settings:
     # 429 tenant_backlog_full while the others still submit (1.0 = no per-tenant bound).
     tenant_backlog_share: float = 0.25
     sse_keepalive_s: float = 15.0
+    # Slow clients: a request's headers must be complete within header_timeout_s of its first
+    # byte (of the connection's start, for the first request), its body within body_timeout_s
+    # of the handler starting to read it; past either, 408 request_timeout and the connection
+    # is closed. (An idle keep-alive connection is closed after aiohttp's 75 s.)
+    header_timeout_s: float = 10.0
+    body_timeout_s: float = 60.0
     # Input by URL (`image_url`): the whole fetch's time limit (the size limit is
     # max_upload_bytes), and whether loopback/private addresses may be fetched (development
     # and tests only, like SPLATQ_WEBHOOK_ALLOW_PRIVATE).
@@ -565,6 +571,8 @@ class Settings:
             api_url=e.get("SPLATQ_API_URL", "").strip().rstrip("/"),
             api_key=e.get("SPLATQ_API_KEY", "").strip(),
             sse_keepalive_s=_float(e, "SPLATQ_SSE_KEEPALIVE_S", d.sse_keepalive_s, 0.05, 300),
+            header_timeout_s=_float(e, "SPLATQ_HEADER_TIMEOUT_S", d.header_timeout_s, 0.1, 600.0),
+            body_timeout_s=_float(e, "SPLATQ_BODY_TIMEOUT_S", d.body_timeout_s, 0.1, 3600.0),
             sse_max_streams=_int(e, "SPLATQ_SSE_MAX_STREAMS", d.sse_max_streams, 1),
             sse_max_streams_per_tenant=_int(
                 e, "SPLATQ_SSE_MAX_STREAMS_PER_TENANT", d.sse_max_streams_per_tenant, 1

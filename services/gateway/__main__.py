@@ -23,6 +23,7 @@ async def serve(settings: Settings) -> None:
     """Serve until SIGTERM/SIGINT, then stop accepting, drain (`shutdown_grace_s`) and exit."""
     runner = GatewayRunner(
         create_app(settings),
+        header_timeout_s=settings.header_timeout_s,
         access_log=None,  # the middleware logs every request as a structlog event
         shutdown_timeout=settings.shutdown_grace_s,
     )

@@ -166,6 +166,8 @@ async def observe(request: web.Request, handler: Handler) -> web.StreamResponse:
             log.exception("http.unhandled", path=request.path)
             response = problem_response(ApiError(500, "internal_error", "unexpected error"))
         status = response.status
+        if status == 408:
+            response.force_close()  # a client too slow to send its request: let it go
         if not response.prepared:
             response.headers["X-Request-ID"] = request_id
             response.headers["X-Trace-ID"] = trace_id
@@ -223,7 +225,11 @@ def create_app(
     """The gateway application; resources open in `cleanup_ctx` and close with the app."""
     from splatq.services.gateway import routes  # noqa: PLC0415 - routes import this module's keys
 
-    middlewares: list[Middleware] = [observe, listeners.middleware(settings)]
+    middlewares: list[Middleware] = [
+        server.track_requests,
+        observe,
+        listeners.middleware(settings),
+    ]
     if tracing.enabled():
         middlewares.append(trace_request)
     app = web.Application(

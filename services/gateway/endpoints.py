@@ -126,7 +126,7 @@ async def _json_body(request: web.Request) -> dict[str, Any]:
     declared = request.content_length
     if declared is not None and declared > MAX_BODY_BYTES:
         raise ApiError(413, "payload_too_large", f"the body exceeds {MAX_BODY_BYTES} bytes")
-    body = await read_capped(request, MAX_BODY_BYTES)
+    body = await read_capped(request, MAX_BODY_BYTES, request.app[SETTINGS].body_timeout_s)
     try:
         doc = orjson.loads(body) if body else {}
     except orjson.JSONDecodeError as exc:

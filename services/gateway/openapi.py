@@ -41,7 +41,7 @@ _PROBLEM_CODES = [
     "internal_error", "endpoint_limit_reached", "endpoint_disabled", "too_many_streams",
     "unavailable", "not_replicated", "quota_exceeded", "forbidden", "admin_disabled",
     "tenant_exists", "image_url_forbidden", "image_url_unreachable",
-    "image_url_too_large", "too_many_fetches", "too_many_auth_failures",
+    "image_url_too_large", "too_many_fetches", "too_many_auth_failures", "request_timeout",
 ]  # fmt: skip
 JOB_STATUSES = [s.value for s in JobStatus]
 TAGS = [
@@ -294,6 +294,7 @@ def _document(server_url: str, max_wait_s: int) -> dict[str, Any]:
                         },
                         "400": _problem("invalid_request: bad JSON, unknown or invalid param"),
                         "401": _problem("unauthorized"),
+                        "408": _REQUEST_TIMEOUT,
                         "413": _problem("payload_too_large"),
                         "415": _problem("unsupported_media_type"),
                         "422": _problem(
@@ -973,8 +974,13 @@ _ENDPOINT_404 = {
     "404": _problem("no such webhook endpoint (or another tenant's)"),
     "503": _UNAVAILABLE,
 }
+_REQUEST_TIMEOUT = _problem(
+    "request_timeout: the body did not arrive within SPLATQ_BODY_TIMEOUT_S (60 s); the "
+    "connection is closed"
+)
 _JSON_BODY_ERRORS = {
     "400": _problem("invalid_request: bad JSON, unknown field, bad url or event name"),
+    "408": _REQUEST_TIMEOUT,
     "413": _problem("payload_too_large: the body exceeds 16 KB"),
     "415": _problem("unsupported_media_type: the body must be application/json"),
 }

@@ -99,6 +99,7 @@ _ADMIN_ERRORS = {
 }  # fmt: skip
 _BODY_ERRORS = {
     "400": _problem("invalid_request: bad JSON, an unknown field, a value out of range"),
+    "408": _problem("request_timeout: the body did not arrive within SPLATQ_BODY_TIMEOUT_S"),
     "413": _problem("payload_too_large: the body exceeds 16 KB"),
     "415": _problem("unsupported_media_type: the body must be application/json"),
 }

@@ -140,7 +140,10 @@ async def submit_job(request: web.Request) -> web.Response:
         raise _rate_limited(retry_ms, "submissions")
     idem_header = idempotency_key(request)
     submission = await read_submission(
-        request, settings.max_upload_bytes, settings.webhook_allow_private
+        request,
+        settings.max_upload_bytes,
+        settings.webhook_allow_private,
+        body_timeout_s=settings.body_timeout_s,
     )
     if submission.image_url:
         fetched = await request.app[IMAGE_FETCHER].fetch(tenant, submission.image_url)

@@ -11,7 +11,7 @@ from aiohttp.test_utils import TestClient, TestServer
 from prometheus_client import CollectorRegistry
 from redis.asyncio import Redis
 
-from splatq.services.gateway.app import create_app
+from splatq.services.gateway.app import SETTINGS, create_app
 from splatq.services.gateway.server import GatewayRunner
 from splatq.shared.settings import Settings
 from splatq.shared.storage.store import LocalFileStorage
@@ -30,7 +30,8 @@ class GatewayTestServer(TestServer):
     """aiohttp's TestServer on the gateway's own runner (what `splatq gateway` serves with)."""
 
     async def _make_runner(self, **kwargs: Any) -> GatewayRunner:
-        return GatewayRunner(self.app, **kwargs)
+        timeout_s = self.app[SETTINGS].header_timeout_s
+        return GatewayRunner(self.app, header_timeout_s=timeout_s, **kwargs)
 
 
 @pytest.fixture
