@@ -61,7 +61,8 @@ environment (the most used; README lists every SPLATQ_* variable):
   SPLATQ_API_KEY        API key for submit/status/cancel/jobs
   SPLATQ_API_KEYS       the gateway's keys, "tenant:key,..."
   SPLATQ_GATEWAY_PORT   the gateway's port (default {_DEFAULTS.gateway_port})
-  SPLATQ_METRICS_PORT   /metrics and /livez of a worker, dispatcher, redriver or settler;
+  SPLATQ_METRICS_PORT   /metrics (and /livez) of a worker, dispatcher, redriver, settler
+                        or gateway (without it the gateway's is behind the admin key);
 {_OFFSETS}
   SPLATQ_STORAGE_URL    file:///path or s3://bucket/prefix
   SPLATQ_LOG_FORMAT     json | console | auto

@@ -50,15 +50,17 @@ WORKER_STAGES: Mapping[str, tuple[PipelineStage, ...]] = {
 }
 
 # Under `splatq up`, SPLATQ_METRICS_PORT is a base: each service that serves Prometheus on
-# it gets base + its offset, so no two bind one port (the gateway serves /metrics on its own
-# SPLATQ_GATEWAY_PORT). A service run alone (Kubernetes: one per pod) binds the port as given.
-# The GPU worker keeps the single worker's +0 of before the pipeline was staged.
+# it gets base + its offset, so no two bind one port (without it the gateway serves /metrics
+# on SPLATQ_GATEWAY_PORT, behind the admin key). A service run alone (Kubernetes: one per
+# pod) binds the port as given. The GPU worker keeps the single worker's +0 of before the
+# pipeline was staged.
 METRICS_PORT_OFFSETS: Mapping[str, int] = {
     "worker-gpu": 0,
     "dispatcher": 1,
     "redriver": 2,
     "settler": 3,
     "worker-cpu": 4,
+    "gateway": 5,
 }
 SERVICES = ("gateway", "worker-gpu", "worker-cpu", "dispatcher", "redriver", "settler")
 

@@ -186,12 +186,21 @@ class Settings:
     # beyond which submissions are refused (503) instead of queued forever.
     rate_limit_per_s: float = 20.0
     rate_limit_burst: int = 40
+    # The same per tenant for GET /v1/jobs (listings), a budget of its own.
+    list_rate_limit_per_s: float = 10.0
+    list_rate_limit_burst: int = 20
     max_backlog_interactive: int = 10_000
     max_backlog_synthesis: int = 2_000
     # One tenant's share of a stream partition's backlog: past it, that tenant alone gets
     # 429 tenant_backlog_full while the others still submit (1.0 = no per-tenant bound).
     tenant_backlog_share: float = 0.25
     sse_keepalive_s: float = 15.0
+    # Slow clients: a request's headers must be complete within header_timeout_s of its first
+    # byte (of the connection's start, for the first request), its body within body_timeout_s
+    # of the handler starting to read it; past either, 408 request_timeout and the connection
+    # is closed. (An idle keep-alive connection is closed after aiohttp's 75 s.)
+    header_timeout_s: float = 10.0
+    body_timeout_s: float = 60.0
     # Input by URL (`image_url`): the whole fetch's time limit (the size limit is
     # max_upload_bytes), and whether loopback/private addresses may be fetched (development
     # and tests only, like SPLATQ_WEBHOOK_ALLOW_PRIVATE).
@@ -213,9 +222,18 @@ class Settings:
     redis_wait_replicas: int = 0
     redis_wait_timeout_ms: int = 500
     # Tenants in Redis (shared/tenants/): the admin API's key (empty = admin API off), and how
-    # long the gateway trusts a looked-up API key (a revoke takes effect within this), in a
-    # cache of at most this many keys per process.
+    # long the gateway reuses a looked-up API key while the key registry's version is
+    # unchanged (revokes and rotations take effect at once), in a cache of at most this many
+    # keys per process.
     admin_api_key: str = ""
+    # Failed admin authentications allowed per minute, per client address and in all (per
+    # gateway process); past either, every admin request is answered 429 until it refills.
+    admin_auth_failures_per_min: int = 10
+    admin_auth_failures_global_per_min: int = 60
+    # A listener of its own for the admin API (0 = it shares the public one); when set, the
+    # public listener answers 404 for /v1/admin/*. Its host defaults to SPLATQ_GATEWAY_HOST.
+    admin_port: int = 0
+    admin_host: str = ""
     api_key_cache_s: float = 5.0
     api_key_cache_size: int = 10_000
     # GPU quotas: GPU time reserved per job at submission, by quality (settled to the
@@ -392,6 +410,14 @@ class Settings:
                 )
         if self.lease_ttl_ms < 100:
             raise SettingsError("SPLATQ_LEASE_TTL_MS must be >= 100")
+        if self.admin_api_key:
+            check_admin_key(self.admin_api_key)
+        if self.admin_port and self.admin_port in (self.gateway_port, self.metrics_port):
+            raise SettingsError(
+                "SPLATQ_ADMIN_PORT must differ from SPLATQ_GATEWAY_PORT and SPLATQ_METRICS_PORT"
+            )
+        if self.metrics_port and self.metrics_port == self.gateway_port:
+            raise SettingsError("SPLATQ_METRICS_PORT must differ from SPLATQ_GATEWAY_PORT")
 
     def tenant_backlog_limit(self, stream_limit: int) -> int:
         """A tenant's bound within a stream partition bounded by `stream_limit` (0 = none)."""
@@ -511,6 +537,12 @@ class Settings:
             decode_wait_s=_float(e, "SPLATQ_DECODE_WAIT_S", d.decode_wait_s, 0.0, 60.0),
             rate_limit_per_s=_float(e, "SPLATQ_RATE_LIMIT_PER_S", d.rate_limit_per_s, 0.001, 1e6),
             rate_limit_burst=_int(e, "SPLATQ_RATE_LIMIT_BURST", d.rate_limit_burst, 1),
+            list_rate_limit_per_s=_float(
+                e, "SPLATQ_LIST_RATE_LIMIT_PER_S", d.list_rate_limit_per_s, 0.001, 1e6
+            ),
+            list_rate_limit_burst=_int(
+                e, "SPLATQ_LIST_RATE_LIMIT_BURST", d.list_rate_limit_burst, 1
+            ),
             max_backlog_interactive=_int(
                 e, "SPLATQ_MAX_BACKLOG_INTERACTIVE", d.max_backlog_interactive, 0
             ),
@@ -521,6 +553,17 @@ class Settings:
                 e, "SPLATQ_MAX_BACKLOG_SYNTHESIS", d.max_backlog_synthesis, 0
             ),
             admin_api_key=e.get("SPLATQ_ADMIN_API_KEY", "").strip(),
+            admin_auth_failures_per_min=_int(
+                e, "SPLATQ_ADMIN_AUTH_FAILURES_PER_MIN", d.admin_auth_failures_per_min, 1
+            ),
+            admin_auth_failures_global_per_min=_int(
+                e,
+                "SPLATQ_ADMIN_AUTH_FAILURES_GLOBAL_PER_MIN",
+                d.admin_auth_failures_global_per_min,
+                1,
+            ),
+            admin_port=_int(e, "SPLATQ_ADMIN_PORT", d.admin_port, 0),
+            admin_host=e.get("SPLATQ_ADMIN_HOST", "").strip(),
             api_key_cache_s=_float(e, "SPLATQ_API_KEY_CACHE_S", d.api_key_cache_s, 0.0, 300.0),
             api_key_cache_size=_int(e, "SPLATQ_API_KEY_CACHE_SIZE", d.api_key_cache_size, 1),
             quota_estimates_ms=_quota_estimates(e.get("SPLATQ_QUOTA_ESTIMATE_S", "")),
@@ -539,6 +582,8 @@ class Settings:
             api_url=e.get("SPLATQ_API_URL", "").strip().rstrip("/"),
             api_key=e.get("SPLATQ_API_KEY", "").strip(),
             sse_keepalive_s=_float(e, "SPLATQ_SSE_KEEPALIVE_S", d.sse_keepalive_s, 0.05, 300),
+            header_timeout_s=_float(e, "SPLATQ_HEADER_TIMEOUT_S", d.header_timeout_s, 0.1, 600.0),
+            body_timeout_s=_float(e, "SPLATQ_BODY_TIMEOUT_S", d.body_timeout_s, 0.1, 3600.0),
             sse_max_streams=_int(e, "SPLATQ_SSE_MAX_STREAMS", d.sse_max_streams, 1),
             sse_max_streams_per_tenant=_int(
                 e, "SPLATQ_SSE_MAX_STREAMS_PER_TENANT", d.sse_max_streams_per_tenant, 1
@@ -678,6 +723,26 @@ class Settings:
             ),
             task_lock_ttl_ms=_int(e, "SPLATQ_TASK_LOCK_TTL_MS", d.task_lock_ttl_ms, 100),
             task_poll_ms=_int(e, "SPLATQ_TASK_POLL_MS", d.task_poll_ms, 10),
+        )
+
+
+# The admin API's key: long and varied enough that guessing it is hopeless even unthrottled.
+MIN_ADMIN_KEY_CHARS = 32
+MIN_ADMIN_KEY_DISTINCT = 10
+
+
+def check_admin_key(key: str) -> None:
+    """SettingsError unless `key` is a strong admin key (never echoed in the message)."""
+    if (
+        len(key) < MIN_ADMIN_KEY_CHARS
+        or len(set(key)) < MIN_ADMIN_KEY_DISTINCT
+        or not (key.isascii() and key.isprintable())
+        or " " in key
+    ):
+        raise SettingsError(
+            f"SPLATQ_ADMIN_API_KEY is too weak: it must be at least {MIN_ADMIN_KEY_CHARS}"
+            f" visible ASCII characters, at least {MIN_ADMIN_KEY_DISTINCT} of them different"
+            " (generate one: python -c 'import secrets; print(secrets.token_urlsafe(32))')"
         )
 
 

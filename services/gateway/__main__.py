@@ -8,7 +8,9 @@ import signal
 import structlog
 from aiohttp import web
 
+from splatq.services.gateway import listeners
 from splatq.services.gateway.app import create_app
+from splatq.services.gateway.server import GatewayRunner
 from splatq.shared import tracing
 from splatq.shared.logs import configure_logging
 from splatq.shared.metrics import package_version
@@ -19,8 +21,9 @@ log = structlog.get_logger("splatq.gateway")
 
 async def serve(settings: Settings) -> None:
     """Serve until SIGTERM/SIGINT, then stop accepting, drain (`shutdown_grace_s`) and exit."""
-    runner = web.AppRunner(
+    runner = GatewayRunner(
         create_app(settings),
+        header_timeout_s=settings.header_timeout_s,
         access_log=None,  # the middleware logs every request as a structlog event
         shutdown_timeout=settings.shutdown_grace_s,
     )
@@ -32,6 +35,8 @@ async def serve(settings: Settings) -> None:
     try:
         site = web.TCPSite(runner, settings.gateway_host, settings.gateway_port)
         await site.start()
+        for extra in listeners.extra_sites(runner, settings):
+            await extra.start()
         for address in runner.addresses:
             log.info(
                 "gateway.listening",

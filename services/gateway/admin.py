@@ -19,6 +19,7 @@ from splatq.services.gateway.auth import authenticate_admin
 from splatq.services.gateway.endpoints import _check_fields, _json_body
 from splatq.services.gateway.problems import ApiError, invalid_request, not_found
 from splatq.services.gateway.quota_gate import usage_view
+from splatq.services.gateway.server import NO_STORE
 from splatq.services.gateway.views import rfc3339
 from splatq.shared.engine.keys import StreamName
 from splatq.shared.tenants.periods import Period
@@ -45,7 +46,13 @@ def add_admin_routes(app: web.Application) -> None:
 
 
 def _json(body: object, status: int = 200) -> web.Response:
-    return web.Response(status=status, body=orjson.dumps(body), content_type="application/json")
+    """Every admin answer is `no-store`: a new key is in one, key hints and quotas in others."""
+    return web.Response(
+        status=status,
+        body=orjson.dumps(body),
+        content_type="application/json",
+        headers=NO_STORE,
+    )
 
 
 def _tenant_error(exc: TenantError) -> ApiError:

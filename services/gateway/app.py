@@ -16,6 +16,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 
 import structlog
 from aiohttp import web
+from aiohttp.typedefs import Middleware
 from prometheus_client import REGISTRY, CollectorRegistry
 from redis.exceptions import (
     BusyLoadingError,
@@ -28,8 +29,9 @@ from redis.exceptions import (
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from splatq.services.gateway import image_fetch
+from splatq.services.gateway import image_fetch, listeners, server
 from splatq.services.gateway.auth import KEY_RESOLVER, KeyResolver
+from splatq.services.gateway.auth_throttle import ADMIN_THROTTLE, FailureThrottle
 from splatq.services.gateway.decode_slots import DecodeSlots
 from splatq.services.gateway.images import decode_limits
 from splatq.services.gateway.metrics import GatewayMetrics, method_label
@@ -164,6 +166,8 @@ async def observe(request: web.Request, handler: Handler) -> web.StreamResponse:
             log.exception("http.unhandled", path=request.path)
             response = problem_response(ApiError(500, "internal_error", "unexpected error"))
         status = response.status
+        if status == 408:
+            response.force_close()  # a client too slow to send its request: let it go
         if not response.prepared:
             response.headers["X-Request-ID"] = request_id
             response.headers["X-Trace-ID"] = trace_id
@@ -221,8 +225,15 @@ def create_app(
     """The gateway application; resources open in `cleanup_ctx` and close with the app."""
     from splatq.services.gateway import routes  # noqa: PLC0415 - routes import this module's keys
 
+    middlewares: list[Middleware] = [
+        server.track_requests,
+        observe,
+        listeners.middleware(settings),
+    ]
+    if tracing.enabled():
+        middlewares.append(trace_request)
     app = web.Application(
-        middlewares=[observe, trace_request] if tracing.enabled() else [observe],
+        middlewares=middlewares,
         client_max_size=settings.max_upload_bytes + 256 * 1024,
     )
     app[SETTINGS] = settings
@@ -238,6 +249,9 @@ def create_app(
         settings.storage_url, settings.storage_root, s3_endpoint_url=settings.s3_endpoint_url
     )
     app[STREAM_CAPS] = StreamCaps(settings.sse_max_streams, settings.sse_max_streams_per_tenant)
+    app[ADMIN_THROTTLE] = FailureThrottle(
+        settings.admin_auth_failures_per_min, settings.admin_auth_failures_global_per_min
+    )
     queue_metrics = QueueMetrics.create(registry)
     register_build_info(registry, "gateway")
 
@@ -283,6 +297,7 @@ def create_app(
             await close()
 
     app.cleanup_ctx.append(redis_ctx)
+    server.install_headers(app)
     image_fetch.install(app, settings)
     app.on_cleanup.append(_close_decode_slots)
     routes.add_routes(app)

@@ -18,6 +18,7 @@ from aiohttp import web
 from splatq.services.gateway.app import QUEUE, SETTINGS
 from splatq.services.gateway.auth import authenticate
 from splatq.services.gateway.problems import ApiError, invalid_request, not_found
+from splatq.services.gateway.server import NO_STORE
 from splatq.services.gateway.submission import check_webhook_url, read_capped
 from splatq.services.gateway.views import rfc3339, valid_stream_id
 from splatq.shared.engine.events import EventType
@@ -125,7 +126,7 @@ async def _json_body(request: web.Request) -> dict[str, Any]:
     declared = request.content_length
     if declared is not None and declared > MAX_BODY_BYTES:
         raise ApiError(413, "payload_too_large", f"the body exceeds {MAX_BODY_BYTES} bytes")
-    body = await read_capped(request, MAX_BODY_BYTES)
+    body = await read_capped(request, MAX_BODY_BYTES, request.app[SETTINGS].body_timeout_s)
     try:
         doc = orjson.loads(body) if body else {}
     except orjson.JSONDecodeError as exc:
@@ -150,6 +151,7 @@ def _respond(
     body = endpoint_view(endpoint, request.app[SETTINGS].public_base_url, now_ms)
     if with_secret:
         body["secret"] = endpoint.secret
+        headers = {**(headers or {}), **NO_STORE}
     return web.Response(
         status=status, body=orjson.dumps(body), content_type="application/json", headers=headers
     )

@@ -11,8 +11,11 @@ code:
 - 400 `invalid_request`: not an http(s) URL, or malformed;
 - 422 `image_url_forbidden`: the host is (or resolves to) a loopback, private, link-local or
   otherwise non-public address (SPLATQ_IMAGE_URL_ALLOW_PRIVATE=1 admits them: development);
+  what a name resolved to, and why that address is refused, go to the log, never into the
+  answer (it would be a DNS oracle for internal names);
 - 422 `image_url_unreachable`: DNS, connect or TLS failure, a timeout
-  (SPLATQ_IMAGE_URL_TIMEOUT_S for the whole fetch), a non-2xx answer, too many redirects;
+  (SPLATQ_IMAGE_URL_TIMEOUT_S for the whole fetch), a non-2xx answer, too many redirects
+  (named by kind, never by the addresses involved);
 - 422 `image_url_too_large`: more than SPLATQ_MAX_UPLOAD_BYTES, declared or streamed;
 - 429 `too_many_fetches` (with Retry-After): the API key already has
   SPLATQ_IMAGE_URL_FETCHES_PER_TENANT fetches in flight in this gateway process. Across
@@ -23,17 +26,22 @@ code:
 from __future__ import annotations
 
 import asyncio
+import socket
 from collections import Counter
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from urllib.parse import urljoin
 
 import aiohttp
+import structlog
 from aiohttp import web
+from aiohttp.abc import AbstractResolver
 
 from splatq.services.gateway.problems import ApiError, invalid_request
 from splatq.shared.settings import Settings
 from splatq.shared.webhooks.ssrf import BlockedAddress, UrlRejected, check_url, guarded_connector
+
+log = structlog.get_logger("splatq.gateway")
 
 MAX_REDIRECTS = 3
 FETCH_CONNECTIONS = 64
@@ -126,11 +134,17 @@ class ImageFetcher:
                         raise unreachable(f"the server answered {resp.status}")
                     return await self._read(resp)
             except aiohttp.ClientConnectorError as exc:
-                if isinstance(exc.os_error, BlockedAddress):
-                    raise forbidden(str(exc.os_error)) from None
-                raise unreachable(f"cannot connect ({exc.os_error.strerror or exc})") from None
+                blocked = exc.os_error
+                if isinstance(blocked, BlockedAddress):
+                    log.warning("image_url.blocked", host=blocked.host, address=blocked.address,
+                                reason=blocked.reason)  # fmt: skip
+                    raise forbidden(
+                        "its host is, or resolves to, an address that is not publicly routable"
+                    ) from None
+                raise unreachable(_connect_failure(exc)) from None
             except aiohttp.ClientError as exc:
-                raise unreachable(f"{type(exc).__name__}: {exc}"[:300]) from None
+                # The class only: some messages name the address connected to.
+                raise unreachable(type(exc).__name__) from None
         raise unreachable(f"more than {MAX_REDIRECTS} redirects")
 
     async def _read(self, resp: aiohttp.ClientResponse) -> bytes:
@@ -147,7 +161,23 @@ class ImageFetcher:
         return b"".join(chunks)
 
 
+def _connect_failure(exc: aiohttp.ClientConnectorError) -> str:
+    """What went wrong connecting, by kind: aiohttp's own messages name the address."""
+    if isinstance(exc, aiohttp.ClientConnectorCertificateError):
+        return "the server's TLS certificate is not valid for its host"
+    if isinstance(exc, aiohttp.ClientSSLError):
+        return "the TLS handshake failed"
+    if isinstance(exc.os_error, socket.gaierror):
+        return "its host name does not resolve"
+    if isinstance(exc.os_error, ConnectionRefusedError):
+        return "the connection was refused"
+    return "cannot connect to its host"
+
+
 IMAGE_FETCHER = web.AppKey("image_fetcher", ImageFetcher)
+# The DNS resolver under the SSRF guard, when the app was given one before it started (tests:
+# a fixed answer for a name); else aiohttp's default resolver.
+IMAGE_URL_RESOLVER = web.AppKey("image_url_resolver", AbstractResolver)
 
 
 def install(app: web.Application, settings: Settings) -> None:
@@ -155,7 +185,10 @@ def install(app: web.Application, settings: Settings) -> None:
 
     async def ctx(app: web.Application) -> AsyncIterator[None]:
         connector = guarded_connector(
-            settings.image_url_allow_private, limit=FETCH_CONNECTIONS, limit_per_host=8
+            settings.image_url_allow_private,
+            inner_resolver=app.get(IMAGE_URL_RESOLVER),
+            limit=FETCH_CONNECTIONS,
+            limit_per_host=8,
         )
         session = aiohttp.ClientSession(
             connector=connector,

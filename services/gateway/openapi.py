@@ -22,8 +22,8 @@ from splatq.services.gateway.openapi_stages import (
     PROGRESSIVE_DESCRIPTION,
     QUICK_VARIANT_DESCRIPTION,
 )
+from splatq.services.gateway.openapi_tenants import NO_STORE_HEADER, tenant_paths
 from splatq.services.gateway.openapi_tenants import SCHEMAS as TENANT_SCHEMAS
-from splatq.services.gateway.openapi_tenants import tenant_paths
 from splatq.services.gateway.submission import MAX_IDEMPOTENCY_KEY, MAX_METADATA_BYTES, QUALITIES
 from splatq.shared import __version__
 from splatq.shared.engine.events import TERMINAL_EVENTS, EventType
@@ -41,7 +41,7 @@ _PROBLEM_CODES = [
     "internal_error", "endpoint_limit_reached", "endpoint_disabled", "too_many_streams",
     "unavailable", "not_replicated", "quota_exceeded", "forbidden", "admin_disabled",
     "tenant_exists", "image_url_forbidden", "image_url_unreachable",
-    "image_url_too_large", "too_many_fetches",
+    "image_url_too_large", "too_many_fetches", "too_many_auth_failures", "request_timeout",
 ]  # fmt: skip
 JOB_STATUSES = [s.value for s in JobStatus]
 TAGS = [
@@ -131,7 +131,11 @@ def _secret_responses(description: str) -> dict[str, Any]:
         },
     }
     return {
-        "200": {"description": description, "content": {"application/json": {"schema": schema}}},
+        "200": {
+            "description": description,
+            "headers": NO_STORE_HEADER,
+            "content": {"application/json": {"schema": schema}},
+        },
         "401": _problem("missing or unknown API key"),
         "503": _UNAVAILABLE,
     }
@@ -290,6 +294,7 @@ def _document(server_url: str, max_wait_s: int) -> dict[str, Any]:
                         },
                         "400": _problem("invalid_request: bad JSON, unknown or invalid param"),
                         "401": _problem("unauthorized"),
+                        "408": _REQUEST_TIMEOUT,
                         "413": _problem("payload_too_large"),
                         "415": _problem("unsupported_media_type"),
                         "422": _problem(
@@ -314,9 +319,11 @@ def _document(server_url: str, max_wait_s: int) -> dict[str, Any]:
                 },
                 "get": {
                     "operationId": "listJobs",
-                    "description": "The caller's jobs, newest first. A status filter is "
-                    "applied to the records read, so a page may come back short (even "
-                    "empty) with a next_cursor: follow it until it is null.",
+                    "description": "The caller's jobs, newest first. A page examines a "
+                    "bounded number of the tenant's jobs (4 per item of `limit`, at least "
+                    "32), so with a status filter it may come back short (even empty) with "
+                    "a next_cursor: follow it until it is null. Listings have a per-tenant "
+                    "rate limit of their own (429 rate_limited).",
                     "parameters": [
                         {
                             "name": "status",
@@ -376,6 +383,11 @@ def _document(server_url: str, max_wait_s: int) -> dict[str, Any]:
                         },
                         "400": _problem("invalid_request: bad status, time, limit or cursor"),
                         "401": _problem("missing or unknown API key"),
+                        "429": _problem(
+                            "rate_limited: this API key's listings are over "
+                            "SPLATQ_LIST_RATE_LIMIT_PER_S (burst SPLATQ_LIST_RATE_LIMIT_BURST)",
+                            _RETRY_AFTER,
+                        ),
                         "503": _UNAVAILABLE,
                     },
                 },
@@ -568,12 +580,21 @@ def _document(server_url: str, max_wait_s: int) -> dict[str, Any]:
             "/metrics": {
                 "get": {
                     "operationId": "metrics",
-                    "security": [],
+                    "security": [{"adminKey": []}],
+                    "description": "Prometheus metrics, on this port behind the admin key. "
+                    "With SPLATQ_METRICS_PORT the gateway serves them there, without a key "
+                    "(for Prometheus), and this port answers 404.",
                     "responses": {
                         "200": {
                             "description": "Prometheus text format",
                             "content": {"text/plain": {"schema": {"type": "string"}}},
-                        }
+                        },
+                        "401": _problem("unauthorized: no key, or an unknown one"),
+                        "403": _problem("forbidden (a tenant's key) or admin_disabled"),
+                        "404": _problem("not_found: served on SPLATQ_METRICS_PORT instead"),
+                        "429": _problem(
+                            "too_many_auth_failures (as for the admin API)", _RETRY_AFTER
+                        ),
                     },
                 }
             },
@@ -610,7 +631,8 @@ def _document(server_url: str, max_wait_s: int) -> dict[str, Any]:
                 "adminKey": {
                     "type": "http",
                     "scheme": "bearer",
-                    "description": "SPLATQ_ADMIN_API_KEY (the /v1/admin/ paths only)",
+                    "description": "SPLATQ_ADMIN_API_KEY (the /v1/admin/ paths, and /metrics "
+                    "on the API port)",
                 },
             },
             "schemas": {
@@ -952,8 +974,13 @@ _ENDPOINT_404 = {
     "404": _problem("no such webhook endpoint (or another tenant's)"),
     "503": _UNAVAILABLE,
 }
+_REQUEST_TIMEOUT = _problem(
+    "request_timeout: the body did not arrive within SPLATQ_BODY_TIMEOUT_S (60 s); the "
+    "connection is closed"
+)
 _JSON_BODY_ERRORS = {
     "400": _problem("invalid_request: bad JSON, unknown field, bad url or event name"),
+    "408": _REQUEST_TIMEOUT,
     "413": _problem("payload_too_large: the body exceeds 16 KB"),
     "415": _problem("unsupported_media_type: the body must be application/json"),
 }
@@ -991,7 +1018,8 @@ def _endpoint_paths(event_names: list[str]) -> dict[str, Any]:
                 }),
                 "responses": {
                     "201": {"description": "created", "content": _ENDPOINT,
-                            "headers": {"Location": {"schema": {"type": "string"}}}},
+                            "headers": {"Location": {"schema": {"type": "string"}},
+                                        **NO_STORE_HEADER}},
                     **_JSON_BODY_ERRORS,
                     "401": _problem("missing or unknown API key"),
                     "409": _problem("endpoint_limit_reached"),
@@ -1043,7 +1071,8 @@ def _endpoint_paths(event_names: list[str]) -> dict[str, Any]:
                 "for 24 h (SPLATQ_WEBHOOK_ROTATION_OVERLAP_S).",
                 "parameters": [_ENDPOINT_ID],
                 "responses": {"200": {"description": "the endpoint with its new secret",
-                                      "content": _ENDPOINT}, **_ENDPOINT_404},
+                                      "headers": NO_STORE_HEADER, "content": _ENDPOINT},
+                              **_ENDPOINT_404},
             },
         },
         "/v1/webhook-endpoints/{endpoint_id}/recover": {

@@ -6,6 +6,8 @@ from typing import Any
 
 PROBLEM_REF = {"application/problem+json": {"schema": {"$ref": "#/components/schemas/Problem"}}}
 _RETRY_AFTER = {"Retry-After": {"schema": {"type": "string"}, "description": "seconds"}}
+# On every answer that carries a secret (and every admin answer): no cache keeps a copy.
+NO_STORE_HEADER = {"Cache-Control": {"schema": {"type": "string", "const": "no-store"}}}
 _TIME_OR_NULL = {"type": ["string", "null"], "format": "date-time"}
 _SECONDS_OR_NULL = {"type": ["number", "null"], "minimum": 0}
 _CAP = {"type": "integer", "minimum": 0, "maximum": 1_000_000}
@@ -78,7 +80,7 @@ def _problem(description: str, headers: dict[str, Any] | None = None) -> dict[st
 
 def _ok(description: str, ref: str, status: str = "200") -> dict[str, Any]:
     schema = {"$ref": f"#/components/schemas/{ref}"}
-    return {status: {"description": description,
+    return {status: {"description": description, "headers": NO_STORE_HEADER,
                      "content": {"application/json": {"schema": schema}}}}  # fmt: skip
 
 
@@ -90,10 +92,14 @@ _ADMIN_ERRORS = {
     "401": _problem("unauthorized: no API key, or an unknown one"),
     "403": _problem("forbidden (a tenant's key, not the admin key) or admin_disabled (no "
                     "SPLATQ_ADMIN_API_KEY)"),
+    "429": _problem("too_many_auth_failures: this client address, or every client together, "
+                    "failed to authenticate too often (SPLATQ_ADMIN_AUTH_FAILURES_PER_MIN, "
+                    "_GLOBAL_PER_MIN); no key is checked until Retry-After", _RETRY_AFTER),
     "503": _problem("unavailable: Redis unreachable", _RETRY_AFTER),
 }  # fmt: skip
 _BODY_ERRORS = {
     "400": _problem("invalid_request: bad JSON, an unknown field, a value out of range"),
+    "408": _problem("request_timeout: the body did not arrive within SPLATQ_BODY_TIMEOUT_S"),
     "413": _problem("payload_too_large: the body exceeds 16 KB"),
     "415": _problem("unsupported_media_type: the body must be application/json"),
 }
@@ -206,8 +212,7 @@ def tenant_paths() -> dict[str, Any]:
             "delete": {
                 "operationId": "adminRevokeKey",
                 "security": admin,
-                "description": "Revoke a key: every gateway refuses it within "
-                "SPLATQ_API_KEY_CACHE_S seconds (default 5).",
+                "description": "Revoke a key: every gateway refuses it at once.",
                 "parameters": [_TENANT, _KEY_ID],
                 "responses": {"204": {"description": "revoked"}, **_ADMIN_ERRORS,
                               "404": _problem("not_found: no such key")},

@@ -19,6 +19,7 @@ TITLES: Mapping[int, str] = {
     403: "Forbidden",
     404: "Not Found",
     405: "Method Not Allowed",
+    408: "Request Timeout",
     409: "Conflict",
     413: "Payload Too Large",
     415: "Unsupported Media Type",
@@ -64,6 +65,28 @@ def problem_response(error: ApiError) -> web.Response:
         content_type="application/problem+json",
         headers=error.headers,
     )
+
+
+def problem_bytes(error: ApiError) -> bytes:
+    """A whole HTTP/1.1 answer for `error` that closes the connection, for the server to
+    write itself where no request object exists (a request whose headers never arrived)."""
+    body = orjson.dumps(
+        {
+            "type": PROBLEM_TYPE_BASE + error.code,
+            "title": TITLES.get(error.status, "Error"),
+            "status": error.status,
+            "detail": error.detail,
+            "code": error.code,
+        }
+    )
+    head = [
+        f"HTTP/1.1 {error.status} {TITLES.get(error.status, 'Error')}",
+        "Content-Type: application/problem+json",
+        f"Content-Length: {len(body)}",
+        "Connection: close",
+        *(f"{k}: {v}" for k, v in error.headers.items()),
+    ]
+    return ("\r\n".join(head) + "\r\n\r\n").encode("latin-1") + body
 
 
 def not_found(what: str = "job") -> ApiError:

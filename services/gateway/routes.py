@@ -48,6 +48,7 @@ from splatq.services.gateway.images import (
 )
 from splatq.services.gateway.openapi import openapi_document
 from splatq.services.gateway.problems import ApiError, invalid_request, not_found
+from splatq.services.gateway.server import NO_STORE
 from splatq.services.gateway.submission import Submission, idempotency_key, read_submission
 from splatq.services.gateway.tenant_policies import TENANT_POLICIES
 from splatq.services.gateway.views import job_view, rfc3339, valid_stream_id
@@ -136,15 +137,13 @@ async def submit_job(request: web.Request) -> web.Response:
     )
     if not allowed:
         counter.labels("rate_limited").inc()
-        raise ApiError(
-            429,
-            "rate_limited",
-            "too many requests for this API key",
-            {"Retry-After": str(max(1, math.ceil(retry_ms / 1000)))},
-        )
+        raise _rate_limited(retry_ms, "submissions")
     idem_header = idempotency_key(request)
     submission = await read_submission(
-        request, settings.max_upload_bytes, settings.webhook_allow_private
+        request,
+        settings.max_upload_bytes,
+        settings.webhook_allow_private,
+        body_timeout_s=settings.body_timeout_s,
     )
     if submission.image_url:
         fetched = await request.app[IMAGE_FETCHER].fetch(tenant, submission.image_url)
@@ -195,6 +194,15 @@ async def submit_job(request: web.Request) -> web.Response:
     if wait_s and response.status == 202:
         return await _answer_after_wait(request, tenant, job.id, wait_s, response)
     return response
+
+
+def _rate_limited(retry_ms: int, what: str) -> ApiError:
+    return ApiError(
+        429,
+        "rate_limited",
+        f"too many {what} for this API key",
+        {"Retry-After": str(max(1, math.ceil(retry_ms / 1000)))},
+    )
 
 
 async def _answer_after_wait(
@@ -446,10 +454,17 @@ async def _enqueue(
 
 
 async def list_jobs(request: web.Request) -> web.Response:
-    """The caller's jobs, newest first (shared/engine/listing.py, gateway/listing.py)."""
+    """The caller's jobs, newest first (shared/engine/listing.py, gateway/listing.py): a
+    page examines O(limit) index entries (a short page carries a cursor to go on from), and
+    each tenant's listings have their own token bucket (429 `rate_limited`)."""
     settings = request.app[SETTINGS]
     tenant = await authenticate(request)
     query = listing.parse_query(request.query)
+    allowed, retry_ms = await request.app[QUEUE].take_tokens(
+        tenant, settings.list_rate_limit_per_s, settings.list_rate_limit_burst, bucket="list"
+    )
+    if not allowed:
+        raise _rate_limited(retry_ms, "listings")
     page = await engine_listing.list_jobs(
         request.app[QUEUE], tenant, query.limit, query.job_filter, query.after
     )
@@ -659,7 +674,8 @@ def _secret_response(secret: str, previous_expires_ms: int) -> web.Response:
             "secret": secret,
             "scheme": "Standard Webhooks (v1, HMAC-SHA256)",
             "previous_secret_expires_at": rfc3339(previous_expires_ms),
-        }
+        },
+        headers=dict(NO_STORE),
     )
 
 

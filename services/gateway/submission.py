@@ -6,6 +6,7 @@ Pure translation of request bytes into a typed `Submission`; every problem becom
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import binascii
 import hashlib
@@ -140,17 +141,22 @@ def idempotency_key(request: web.Request) -> str:
 
 
 async def read_submission(
-    request: web.Request, max_bytes: int, allow_private_webhooks: bool = False
+    request: web.Request,
+    max_bytes: int,
+    allow_private_webhooks: bool = False,
+    *,
+    body_timeout_s: float,
 ) -> Submission:
-    """Read a multipart or JSON submission, never more than `max_bytes` of body."""
+    """Read a multipart or JSON submission, never more than `max_bytes` of body, all of it
+    within `body_timeout_s` (else 408)."""
     declared = request.content_length
     if declared is not None and declared > max_bytes:
         raise _too_large(max_bytes)
     ctype = request.content_type
     if ctype == "multipart/form-data":
-        return await _read_multipart(request, max_bytes, allow_private_webhooks)
+        return await _read_multipart(request, max_bytes, allow_private_webhooks, body_timeout_s)
     if ctype == "application/json":
-        body = await read_capped(request, max_bytes)
+        body = await read_capped(request, max_bytes, body_timeout_s)
         try:
             doc = orjson.loads(body)
         except orjson.JSONDecodeError as exc:
@@ -174,25 +180,36 @@ async def read_submission(
     )  # fmt: skip
 
 
-async def read_capped(request: web.Request, max_bytes: int) -> bytes:
+async def read_capped(request: web.Request, max_bytes: int, timeout_s: float) -> bytes:
+    """The whole body: 413 past `max_bytes`, 408 `request_timeout` unless all of it arrived
+    within `timeout_s` (a slow upload holds a connection and a handler: SPLATQ_BODY_TIMEOUT_S).
+    The 408 closes the connection (`app.observe`)."""
     chunks: list[bytes] = []
     size = 0
-    async for chunk in request.content.iter_chunked(64 * 1024):
-        size += len(chunk)
-        if size > max_bytes:
-            raise _too_large(max_bytes)
-        chunks.append(chunk)
+    try:
+        async with asyncio.timeout(timeout_s):
+            async for chunk in request.content.iter_chunked(64 * 1024):
+                size += len(chunk)
+                if size > max_bytes:
+                    raise _too_large(max_bytes)
+                chunks.append(chunk)
+    except TimeoutError:
+        raise ApiError(
+            408,
+            "request_timeout",
+            f"the request body did not arrive within {timeout_s:g} s ({size} bytes came)",
+        ) from None
     return b"".join(chunks)
 
 
 async def _read_multipart(
-    request: web.Request, max_bytes: int, allow_private_webhooks: bool
+    request: web.Request, max_bytes: int, allow_private_webhooks: bool, body_timeout_s: float
 ) -> Submission:
     try:
         boundary = boundary_of(request.headers.get("Content-Type", ""))
     except MultipartError as exc:
         raise invalid_request(f"malformed multipart body: {exc}") from None
-    body = await read_capped(request, max_bytes)
+    body = await read_capped(request, max_bytes, body_timeout_s)
     try:
         parts = parse_form(body, boundary)
     except MultipartError as exc:

@@ -19,11 +19,17 @@ class TtlCache(Generic[K, V]):
         self.max_entries = max_entries
         self._entries: OrderedDict[K, tuple[V, float]] = OrderedDict()
 
-    async def get(self, key: K, load: Callable[[], Awaitable[V]]) -> V:
-        """The cached value of `key`, or `load()`'s (then cached) once it is missing or old."""
+    async def get(
+        self,
+        key: K,
+        load: Callable[[], Awaitable[V]],
+        fresh: Callable[[V], bool] | None = None,
+    ) -> V:
+        """The cached value of `key`, or `load()`'s (then cached) once it is missing, old, or
+        not `fresh` (a value made under an older version of what it caches)."""
         now = time.monotonic()
         hit = self._entries.get(key)
-        if hit is None or hit[1] <= now:
+        if hit is None or hit[1] <= now or (fresh is not None and not fresh(hit[0])):
             hit = (await load(), now + self.ttl_s)
             self._entries[key] = hit
             while len(self._entries) > self.max_entries:

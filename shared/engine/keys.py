@@ -134,9 +134,11 @@ class KeySchema:
         endpoint's slot; wh_ep_delete.lua derives it as `<endpoint key>:attempts`."""
         return f"{self.webhook_endpoint(tenant, endpoint_id)}:attempts"
 
-    def rate_limit(self, tenant: str) -> str:
-        """A tenant's token bucket: its own hash tag, so its one script has one slot."""
-        return f"{self.prefix}:{{rl:{tenant}}}:bucket"
+    def rate_limit(self, tenant: str, bucket: str = "") -> str:
+        """A tenant's token bucket: its own hash tag, so its one script has one slot. Each
+        `bucket` (submissions: '', listings: 'list') is a budget of its own."""
+        suffix = f":{bucket}" if bucket else ""
+        return f"{self.prefix}:{{rl:{tenant}}}:bucket{suffix}"
 
     def lease(self, job_id: str) -> str:
         return f"{self.tag(partition_of(job_id))}:lease:{job_id}"

@@ -7,8 +7,11 @@ each read with one single-key command (no cross-slot command: works on Redis Clu
 
 A position in that order (`Position`) is where the next page starts; the gateway turns it
 into an opaque cursor. Filters on the record (status) are applied after the read, so a page
-examines at most `scan_budget` candidates and may come back short with a position to go on
-from, as Stripe's and GitHub's list APIs do.
+examines at most `scan_budget(limit)` index entries -- a few per item asked for, never a
+fixed thousand -- and may come back short, even empty, with a position to go on from, as
+Stripe's and GitHub's list APIs do. A filtered page probes each candidate's status with one
+small HMGET and reads the whole record only of the jobs it returns, so what one request
+costs Redis and the gateway is O(limit), whatever the tenant's history holds.
 """
 
 from __future__ import annotations
@@ -19,8 +22,16 @@ from dataclasses import dataclass
 from splatq.shared.engine.jobs import JobRecord
 from splatq.shared.engine.queue import JobQueue
 
-DEFAULT_SCAN_BUDGET = 1000
+# Index entries one page may examine: SCAN_PER_ITEM per item asked for, at least MIN_SCAN.
+SCAN_PER_ITEM = 4
+MIN_SCAN = 32
 MIN_BATCH = 8
+
+
+def scan_budget(limit: int, per_item: int = SCAN_PER_ITEM) -> int:
+    """The most index entries a page of `limit` items examines before it returns, short if
+    need be, with a position to go on from."""
+    return max(MIN_SCAN, per_item * limit)
 
 
 @dataclass(frozen=True, slots=True, order=True)
@@ -63,10 +74,13 @@ async def list_jobs(
     limit: int,
     job_filter: JobFilter = JobFilter(),
     after: Position | None = None,
-    scan_budget: int = DEFAULT_SCAN_BUDGET,
+    budget: int | None = None,
 ) -> JobPage:
-    """Up to `limit` of the tenant's jobs after `after` that pass `job_filter`."""
-    batch = _batch(limit, queue.settings.partitions, filtered=bool(job_filter.statuses))
+    """Up to `limit` of the tenant's jobs after `after` that pass `job_filter`, examining at
+    most `budget` (default `scan_budget(limit)`) index entries."""
+    budget = scan_budget(limit) if budget is None else max(1, budget)
+    filtered = bool(job_filter.statuses)
+    batch = min(budget, _batch(limit, queue.settings.partitions, filtered))
     sources = [
         _Source(queue.keys.tenant_jobs(p, tenant), []) for p in range(queue.settings.partitions)
     ]
@@ -78,20 +92,41 @@ async def list_jobs(
         candidates = _safe_merge(sources)
         if not candidates:
             return JobPage(jobs, None)
-        take = candidates[: min(len(candidates), scan_budget - examined)]
-        records = await _records(queue, [c.job_id for c in take])
-        for candidate, job in zip(take, records, strict=True):
+        # Unfiltered, nearly every candidate is a job of the page: read no more than it needs.
+        room = budget - examined if filtered else min(budget - examined, limit - len(jobs))
+        take = candidates[:room]
+        wanted = [c.job_id for c in take]
+        if filtered:
+            # Probe the status of each; read whole records of the page's jobs only.
+            admitted = await _admitted(queue, wanted, tenant, job_filter)
+            take = _through_nth(take, admitted, limit - len(jobs))
+            wanted = [c.job_id for c in take if c.job_id in admitted]
+        records = await _records(queue, wanted)
+        found = {job.id: job for job in records if job is not None and job.tenant == tenant}
+        for candidate in take:
             examined += 1
             position = candidate
             _consume(sources, candidate)
-            if job is None or job.tenant != tenant or not job_filter.admits(job):
+            job = found.get(candidate.job_id)
+            if job is None or not job_filter.admits(job):
                 continue
             jobs.append(job)
             if len(jobs) == limit:
                 more = await _any_left(queue, sources, job_filter, position)
                 return JobPage(jobs, position if more else None)
-        if examined >= scan_budget:
-            return JobPage(jobs, position)
+        if examined >= budget and position is not None:
+            more = await _any_left(queue, sources, job_filter, position)
+            return JobPage(jobs, position if more else None)
+
+
+def _through_nth(take: list[Position], admitted: set[str], n: int) -> list[Position]:
+    """`take` up to and including its `n`th admitted candidate (all of it if fewer)."""
+    for i, candidate in enumerate(take):
+        if candidate.job_id in admitted:
+            n -= 1
+            if n == 0:
+                return take[: i + 1]
+    return take
 
 
 def _batch(limit: int, partitions: int, filtered: bool) -> int:
@@ -172,6 +207,22 @@ async def _any_left(
         return False
     await _refill(queue, sources, job_filter, position, 1)
     return any(s.buffered for s in sources)
+
+
+async def _admitted(
+    queue: JobQueue, job_ids: Collection[str], tenant: str, job_filter: JobFilter
+) -> set[str]:
+    """The ids whose record exists, is the tenant's and passes the status filter: two fields
+    of each record (one pipeline), not the whole record."""
+    pipe = queue.redis.pipeline(transaction=False)
+    for job_id in job_ids:
+        pipe.hmget(queue.keys.job(job_id), ["status", "tenant"])
+    replies = await pipe.execute()
+    return {
+        job_id
+        for job_id, (status, owner) in zip(job_ids, replies, strict=True)
+        if owner == tenant and status in job_filter.statuses
+    }
 
 
 async def _records(queue: JobQueue, job_ids: Collection[str]) -> list[JobRecord | None]:

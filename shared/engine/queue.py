@@ -898,11 +898,12 @@ class JobQueue:
         return promoted
 
     async def take_tokens(
-        self, tenant: str, rate_per_s: float, burst: int, cost: int = 1
+        self, tenant: str, rate_per_s: float, burst: int, cost: int = 1, bucket: str = ""
     ) -> tuple[bool, int]:
-        """Per-tenant token bucket: (allowed, retry_after_ms)."""
+        """Per-tenant token bucket (one per `bucket` name): (allowed, retry_after_ms)."""
+        key = self.keys.rate_limit(tenant, bucket)
         reply = await self.scripts.run(
-            ScriptCall(Script.RATE_LIMIT, [self.keys.rate_limit(tenant)], [rate_per_s, burst, cost])
+            ScriptCall(Script.RATE_LIMIT, [key], [rate_per_s, burst, cost])
         )
         _raise_on_error(reply)
         return bool(reply[0]), int(reply[1])

@@ -40,6 +40,13 @@ class TenantKeys:
         """Hash of every API key: sha256(key) hex -> `tenant|key_id|expires_ms` (0 = never)."""
         return f"{self.registry}:keys"
 
+    @property
+    def key_version(self) -> str:
+        """Counter bumped by every key rotation and revocation (in the same script): a
+        gateway reads it per request and trusts its cached lookups only while it is
+        unchanged, so a revoked or retired key stops working at once on every gateway."""
+        return f"{self.registry}:keys-version"
+
     def tenant_keys(self, tenant: str) -> str:
         """Hash of one tenant's keys: key_id -> JSON {sha256, label, created_ms, expires_ms}."""
         return f"{self.registry}:keys:{tenant}"

@@ -205,7 +205,12 @@ class TenantStore:
         record["expires_ms"] = 0
         reply = await self.scripts.run(
             TenantScript.KEY_PUT,
-            [self.keys.index, self.keys.key_hashes, self.keys.tenant_keys(tenant)],
+            [
+                self.keys.index,
+                self.keys.key_hashes,
+                self.keys.tenant_keys(tenant),
+                self.keys.key_version,
+            ],
             [
                 tenant,
                 info.key_id,
@@ -225,7 +230,7 @@ class TenantStore:
     async def revoke_key(self, tenant: str, key_id: str) -> None:
         reply = await self.scripts.run(
             TenantScript.KEY_REVOKE,
-            [self.keys.key_hashes, self.keys.tenant_keys(tenant)],
+            [self.keys.key_hashes, self.keys.tenant_keys(tenant), self.keys.key_version],
             [key_id],
         )
         if reply[0] == "no_key":
@@ -246,6 +251,11 @@ class TenantStore:
                 )
             )
         return sorted(infos, key=lambda k: (k.created_ms, k.key_id))
+
+    async def key_version(self) -> int:
+        """The key registry's version: it changes with every rotation and revocation."""
+        raw = await self.redis.get(self.keys.key_version)
+        return int(raw or 0)
 
     async def lookup(self, api_key: str) -> KeyMatch | None:
         """The tenant of a presented key, by its hash; None when unknown or expired."""

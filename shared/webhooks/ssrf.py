@@ -273,14 +273,18 @@ def check_url(
 
 
 class BlockedAddress(OSError):
-    """A connect target that is not publicly routable; aiohttp wraps it in ClientConnectorError."""
+    """A connect target that is not publicly routable; aiohttp wraps it in ClientConnectorError.
+
+    Its message never names the address a name resolved to, nor why that address is refused:
+    echoed to a client, either would make the guard a DNS oracle for internal names (what
+    `db.internal.corp` resolves to). `address` and `reason` are for the operator's log."""
 
     def __init__(self, host: str, address: str, reason: str) -> None:
         if host == address:
             message = f"{address} is not publicly routable ({reason}); blocked by the SSRF guard"
         else:
             message = (
-                f"{host!r} resolves to {address}, not publicly routable ({reason}); "
+                f"{host!r} resolves to an address that is not publicly routable; "
                 "blocked by the SSRF guard"
             )
         super().__init__(errno.EACCES, message)

@@ -11,15 +11,27 @@ from aiohttp.test_utils import TestClient, TestServer
 from prometheus_client import CollectorRegistry
 from redis.asyncio import Redis
 
-from splatq.services.gateway.app import create_app
+from splatq.services.gateway.app import SETTINGS, create_app
+from splatq.services.gateway.server import GatewayRunner
 from splatq.shared.settings import Settings
 from splatq.shared.storage.store import LocalFileStorage
 
 KEY_A, KEY_B = "key-acme", "key-beta"
 AUTH_A = {"Authorization": f"Bearer {KEY_A}"}
 AUTH_B = {"Authorization": f"Bearer {KEY_B}"}
+# The admin API's key in tests: as strong as the gateway insists on (>= 32 varied characters).
+ADMIN_KEY = "admin-test-key-0123456789abcdefghijklmnop"
+ADMIN = {"Authorization": f"Bearer {ADMIN_KEY}"}
 
 ClientFactory = Callable[..., Awaitable[TestClient[Any, Any]]]
+
+
+class GatewayTestServer(TestServer):
+    """aiohttp's TestServer on the gateway's own runner (what `splatq gateway` serves with)."""
+
+    async def _make_runner(self, **kwargs: Any) -> GatewayRunner:
+        timeout_s = self.app[SETTINGS].header_timeout_s
+        return GatewayRunner(self.app, header_timeout_s=timeout_s, **kwargs)
 
 
 @pytest.fixture
@@ -35,11 +47,14 @@ async def make_client(
             "max_upload_bytes": 2 * 1024 * 1024,
             "rate_limit_per_s": 1000.0,
             "rate_limit_burst": 1000,
+            "list_rate_limit_per_s": 1000.0,
+            "list_rate_limit_burst": 1000,
             "public_url": "http://gateway.test",
+            "admin_api_key": ADMIN_KEY,
         }
         s = settings.with_overrides(**{**defaults, **overrides})
         app = create_app(s, storage=storage, registry=CollectorRegistry())
-        client = TestClient(TestServer(app))
+        client = TestClient(GatewayTestServer(app))
         await client.start_server()
         clients.append(client)
         return client

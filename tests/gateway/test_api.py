@@ -18,7 +18,7 @@ from splatq.shared.engine.queue import JobQueue
 from splatq.shared.storage.store import LocalFileStorage
 from tests.conftest import WorkerFactory, wait_for_status
 from tests.gateway import corpus
-from tests.gateway.conftest import AUTH_A, AUTH_B, ClientFactory
+from tests.gateway.conftest import ADMIN, AUTH_A, AUTH_B, ClientFactory
 
 Client = TestClient[Any, Any]
 PNG = corpus.valid_png(64, 48, alpha=True)
@@ -365,10 +365,13 @@ async def test_a_tenant_at_its_backlog_share_is_refused_alone(
 
 
 async def test_health_ready_metrics_openapi(client: Client) -> None:
-    """Operational endpoints answer without auth; the OpenAPI document lists every route."""
+    """Probes answer without auth, /metrics on the API port only with the admin key; the
+    OpenAPI document lists every route."""
     assert (await client.get("/healthz")).status == 200
     assert (await client.get("/readyz")).status == 200
-    text = await (await client.get("/metrics")).text()
+    await problem(await client.get("/metrics"), 401, "unauthorized")
+    await problem(await client.get("/metrics", headers=AUTH_A), 403, "forbidden")
+    text = await (await client.get("/metrics", headers=ADMIN)).text()
     assert "splatq_http_requests_total" in text
     assert "splatq_queue_depth" in text
     doc = await (await client.get("/openapi.json")).json()

@@ -28,7 +28,7 @@ from splatq.shared.redis.server import RedisServer
 from splatq.shared.settings import Settings
 from tests.conftest import WorkerFactory, wait_for_status, wait_until
 from tests.gateway import corpus
-from tests.gateway.conftest import AUTH_A, AUTH_B, KEY_A, KEY_B, ClientFactory
+from tests.gateway.conftest import ADMIN, AUTH_A, AUTH_B, KEY_A, KEY_B, ClientFactory
 from tests.gateway.test_api import form, problem
 
 Client = TestClient[Any, Any]
@@ -58,7 +58,7 @@ def _request_counts(metrics_text: str) -> dict[tuple[str, str, str], float]:
 
 
 async def _metrics(client: Client) -> dict[tuple[str, str, str], float]:
-    return _request_counts(await (await client.get("/metrics")).text())
+    return _request_counts(await (await client.get("/metrics", headers=ADMIN)).text())
 
 
 async def _refused_stream(resp: Any) -> None:

@@ -15,13 +15,18 @@ import orjson
 import pytest
 from aiohttp import FormData, web
 from aiohttp.test_utils import TestClient, TestServer
+from prometheus_client import CollectorRegistry
 from redis.asyncio import Redis
 
+from splatq.services.gateway.app import create_app
+from splatq.services.gateway.image_fetch import IMAGE_URL_RESOLVER
+from splatq.shared.settings import Settings
 from splatq.shared.storage.store import LocalFileStorage, input_key
 from tests.conftest import wait_until
 from tests.gateway import corpus
-from tests.gateway.conftest import AUTH_A, AUTH_B, ClientFactory
+from tests.gateway.conftest import AUTH_A, AUTH_B, KEY_A, ClientFactory, GatewayTestServer
 from tests.gateway.test_api import nothing_left_behind, problem
+from tests.shared.test_ssrf import FakeResolver
 
 Client = TestClient[Any, Any]
 PNG = corpus.valid_png(40, 30)
@@ -234,3 +239,33 @@ async def test_an_image_part_and_an_image_url_part_together_get_400(client: Clie
     data = _form("https://example.com/x.png")
     data.add_field("image", PNG, filename="a.png", content_type="image/png")
     await problem(await client.post("/v1/jobs", data=data, headers=AUTH_A), 400, "invalid_request")
+
+
+async def test_a_refusal_names_no_address_an_internal_name_resolves_to(
+    settings: Settings, storage: LocalFileStorage, origin: Origin
+) -> None:
+    """`image_url` naming hosts that resolve inside (a DNS answer the test fixes: loopback,
+    where a real server listens, and a private address) is refused 422 image_url_forbidden,
+    and the answer names neither the addresses nor their kind: echoed, they would make the
+    guard a DNS oracle for internal names. Nothing is fetched."""
+    fake = FakeResolver({"db.internal.example.com": [["127.0.0.1"]],
+                         "cache.corp.example.com": [["10.1.2.3"]]})  # fmt: skip
+    app = create_app(
+        settings.with_overrides(api_keys={KEY_A: "acme"}, max_upload_bytes=LIMIT),
+        storage=storage,
+        registry=CollectorRegistry(),
+    )
+    app[IMAGE_URL_RESOLVER] = fake
+    assert origin.server is not None
+    async with TestClient(GatewayTestServer(app)) as client:
+        for host, address in (
+            (f"db.internal.example.com:{origin.server.port}", "127.0.0.1"),
+            ("cache.corp.example.com", "10.1.2.3"),
+        ):
+            resp = await client.post(
+                "/v1/jobs", json={"image_url": f"http://{host}/image.png"}, headers=AUTH_A
+            )
+            body = await problem(resp, 422, "image_url_forbidden")
+            for leak in (address, "loopback", "private"):
+                assert leak not in body["detail"], body["detail"]
+    assert fake.calls == ["db.internal.example.com", "cache.corp.example.com"]

@@ -13,7 +13,11 @@ from aiohttp.test_utils import TestClient
 from redis.asyncio import Redis
 
 from splatq.shared.engine.ids import partition_of
+from splatq.shared.engine.jobs import JobSpec
 from splatq.shared.engine.keys import KeySchema
+from splatq.shared.engine.listing import scan_budget
+from splatq.shared.engine.queue import JobQueue
+from splatq.shared.settings import Settings
 from tests.gateway import corpus
 from tests.gateway.conftest import AUTH_A, AUTH_B, ClientFactory
 from tests.gateway.test_api import problem
@@ -162,3 +166,55 @@ async def test_expired_records_are_skipped(client: Client, redis: Redis) -> None
     await redis.delete(KeySchema().job(jobs[1]["id"]))
     ids, _ = await _all_pages(client, "limit=1")
     assert ids == [jobs[2]["id"], jobs[0]["id"]]
+
+
+async def _canceled_jobs(redis: Redis, settings: Settings, count: int, tenant: str) -> None:
+    """`count` canceled jobs of `tenant`, made through the engine (enqueue, cancel)."""
+    queue = JobQueue(redis, settings)
+    for n in range(count):
+        created = await queue.enqueue(JobSpec(tenant=tenant, quality="preview", metadata={"n": n}))
+        assert await queue.cancel(created.job_id, tenant) == "canceled"
+
+
+async def _reads_of_records(redis: Redis) -> int:
+    """Job-record reads Redis has served since the last CONFIG RESETSTAT."""
+    stats = await redis.info("commandstats")
+    return sum(int(stats.get(f"cmdstat_{c}", {}).get("calls", 0)) for c in ("hgetall", "hmget"))
+
+
+async def test_a_filter_that_matches_nothing_costs_o_page_per_request(
+    make_client: ClientFactory, redis: Redis, settings: Settings
+) -> None:
+    """A status filter over a long history that matches nothing: each page examines a few
+    index entries per item asked for (never the whole history), answers a short page with a
+    cursor, and following the cursors walks the history to its end."""
+    client = await make_client()
+    await _canceled_jobs(redis, settings, 300, "acme")
+    await redis.config_resetstat()
+    resp = await client.get("/v1/jobs?status=completed&limit=1", headers=AUTH_A)
+    assert resp.status == 200, await resp.text()
+    body = await resp.json()
+    assert await _reads_of_records(redis) <= scan_budget(1) + 2
+    assert body["items"] == []
+    assert body["next_cursor"] is not None  # a short page: go on from its cursor
+    ids, pages = await _all_pages(client, "status=completed&limit=1")
+    assert ids == []
+    assert pages <= 300 // scan_budget(1) + 2  # every page examined a full budget
+    # A page that finds its jobs reads whole records of those only.
+    await redis.config_resetstat()
+    resp = await client.get("/v1/jobs?status=canceled&limit=5", headers=AUTH_A)
+    assert len((await resp.json())["items"]) == 5
+    assert await _reads_of_records(redis) <= scan_budget(5) + 5 + 2
+
+
+async def test_listing_is_rate_limited_per_tenant(make_client: ClientFactory) -> None:
+    """Listings have a token bucket per tenant of their own: past it 429 rate_limited with
+    Retry-After, while another tenant lists and the same tenant still submits."""
+    client = await make_client(list_rate_limit_per_s=0.01, list_rate_limit_burst=2)
+    for _ in range(2):
+        assert (await client.get("/v1/jobs", headers=AUTH_A)).status == 200
+    refused = await client.get("/v1/jobs?status=completed", headers=AUTH_A)
+    await problem(refused, 429, "rate_limited")
+    assert int(refused.headers["Retry-After"]) >= 1
+    assert (await client.get("/v1/jobs", headers=AUTH_B)).status == 200
+    await _submit(client, 0)

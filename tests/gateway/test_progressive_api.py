@@ -23,7 +23,7 @@ from splatq.shared.engine.stages import PipelineStage
 from splatq.shared.settings import Settings
 from splatq.shared.storage.store import ARTIFACT_FILES, LocalFileStorage
 from tests.conftest import StagesFactory, wait_until
-from tests.gateway.conftest import AUTH_A, AUTH_B, KEY_A, ClientFactory
+from tests.gateway.conftest import ADMIN, ADMIN_KEY, AUTH_A, AUTH_B, KEY_A, ClientFactory
 from tests.gateway.test_api import PNG, _read_sse, form, problem
 from tests.gateway.test_client import FAST, _url
 from tests.gateway.test_openapi import _check
@@ -205,12 +205,11 @@ async def test_the_client_submits_progressive_and_sees_preview_ready_first(
 async def test_a_progressive_job_reserves_its_quick_pass_too(make_client: ClientFactory) -> None:
     """The GPU-quota reservation of a progressive full job is the full estimate plus the
     preview one (its quick pass); a plain full job reserves the full estimate."""
-    admin = {"Authorization": "Bearer admin-secret-key"}
     client = await make_client(
-        admin_api_key="admin-secret-key", quota_estimates_ms={"preview": 4000, "full": 60000}
+        admin_api_key=ADMIN_KEY, quota_estimates_ms={"preview": 4000, "full": 60000}
     )
     resp = await client.put(
-        "/v1/admin/tenants/acme/quota", json={"gpu_seconds": 1000}, headers=admin
+        "/v1/admin/tenants/acme/quota", json={"gpu_seconds": 1000}, headers=ADMIN
     )
     assert resp.status == 200, await resp.text()
 

@@ -14,12 +14,10 @@ from splatq.shared.storage.store import LocalFileStorage
 from splatq.shared.tenants.quota import QuotaBook
 from tests.conftest import wait_until
 from tests.gateway import corpus
-from tests.gateway.conftest import AUTH_A, ClientFactory
+from tests.gateway.conftest import ADMIN, ADMIN_KEY, AUTH_A, ClientFactory
 from tests.gateway.test_api import form, nothing_left_behind, problem
 
 Client = TestClient[Any, Any]
-ADMIN_KEY = "admin-secret-key"
-ADMIN = {"Authorization": f"Bearer {ADMIN_KEY}"}
 PREVIEW = {"quality": "preview"}
 
 
@@ -28,7 +26,7 @@ async def _admin_client(make_client: ClientFactory, **overrides: Any) -> Client:
 
 
 async def test_admin_api_auth_codes(make_client: ClientFactory) -> None:
-    off = await make_client()
+    off = await make_client(admin_api_key="")
     await problem(await off.get("/v1/admin/tenants", headers=ADMIN), 403, "admin_disabled")
     client = await _admin_client(make_client)
     await problem(await client.get("/v1/admin/tenants"), 401, "unauthorized")
@@ -103,6 +101,36 @@ async def test_rotation_keeps_the_old_key_for_its_grace(make_client: ClientFacto
         assert resp.status == 200
     keys = (await (await client.get("/v1/admin/tenants/rot", headers=ADMIN)).json())["keys"]
     assert [k["expires_at"] is not None for k in keys] == [True, False]
+
+
+async def test_revocation_and_rotation_take_effect_at_once_on_every_gateway(
+    make_client: ClientFactory,
+) -> None:
+    """Two gateways on one Redis, each caching key lookups for a minute: a key revoked through
+    one, or retired through it by a rotation with no grace, is refused by the other at the
+    very next request (the key registry's version is read per request)."""
+    one = await _admin_client(make_client, api_key_cache_s=60.0)
+    two = await _admin_client(make_client, api_key_cache_s=60.0)
+    await one.post("/v1/admin/tenants", json={"tenant": "ops"}, headers=ADMIN)
+    first = await (await one.post("/v1/admin/tenants/ops/keys", json={}, headers=ADMIN)).json()
+    second = await (await one.post("/v1/admin/tenants/ops/keys", json={}, headers=ADMIN)).json()
+    auth1 = {"Authorization": f"Bearer {first['api_key']}"}
+    auth2 = {"Authorization": f"Bearer {second['api_key']}"}
+    for auth in (auth1, auth2):
+        assert (await two.get("/v1/usage", headers=auth)).status == 200  # cached on `two`
+    revoked = await one.delete(f"/v1/admin/tenants/ops/keys/{first['key_id']}", headers=ADMIN)
+    assert revoked.status == 204
+    await problem(await two.get("/v1/usage", headers=auth1), 401, "unauthorized")
+    assert (await two.get("/v1/usage", headers=auth2)).status == 200
+    rotated = await one.post(
+        "/v1/admin/tenants/ops/keys",
+        json={"rotate": second["key_id"], "grace_seconds": 0},
+        headers=ADMIN,
+    )
+    assert rotated.status == 201
+    await problem(await two.get("/v1/usage", headers=auth2), 401, "unauthorized")
+    auth3 = {"Authorization": f"Bearer {(await rotated.json())['api_key']}"}
+    assert (await two.get("/v1/usage", headers=auth3)).status == 200
 
 
 async def test_quota_exceeded_is_429_with_the_reset_and_leaves_no_job(

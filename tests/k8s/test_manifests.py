@@ -762,13 +762,14 @@ def test_workers_mirror_each_other(path: Path) -> None:
 
 def test_gateway_container_serves_on_the_configured_port() -> None:
     """The gateway runs `splatq gateway` on all interfaces at SPLATQ_GATEWAY_PORT, exposed as
-    the container port `http` that every probe uses."""
+    the container port `http` that every probe uses, and /metrics at SPLATQ_METRICS_PORT, the
+    container port `metrics`."""
     container = gateway_container()
     assert container["command"] == ["splatq", "gateway"]
     settings = configured_settings()
     assert settings.gateway_host == "0.0.0.0"
     ports = {p["name"]: p["containerPort"] for p in container["ports"]}
-    assert ports == {"http": settings.gateway_port}
+    assert ports == {"http": settings.gateway_port, "metrics": settings.metrics_port}
     assert settings.gateway_port == int(configmap_data()["SPLATQ_GATEWAY_PORT"])
     for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
         assert container[probe]["httpGet"]["port"] == "http", probe
@@ -882,11 +883,11 @@ def test_each_deployment_is_scraped_exactly_once(path: Path) -> None:
     assert len(scrapes) == 1, [(m["metadata"]["name"], e["port"]) for m, e in scrapes]
 
 
-def test_gateway_is_scraped_on_its_api_port() -> None:
-    """The gateway's PodMonitor scrapes the `http` port at a real GET route, /metrics, and
-    its job label is splatq-gateway."""
+def test_gateway_is_scraped_on_its_metrics_port() -> None:
+    """The gateway is scraped on its `metrics` port (its API port answers 404 for /metrics)
+    at a real GET route, /metrics, and its job label is splatq-gateway."""
     ((_, endpoint),) = scrapes_of(GATEWAY)
-    assert endpoint["port"] == "http"
+    assert endpoint["port"] == "metrics"
     assert endpoint["path"] == "/metrics"
     assert endpoint["path"] in get_paths()
     assert job_label_of(GATEWAY) == "splatq-gateway"

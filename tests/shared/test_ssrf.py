@@ -355,7 +355,12 @@ async def test_resolve_checked_blocks_if_any_address_is_private() -> None:
         "10.0.0.7",
         "private",
     )
-    assert "'hook.example' resolves to 10.0.0.7" in str(caught.value)
+    # The message names neither the address nor its kind (a DNS oracle if echoed).
+    assert "10.0.0.7" not in str(caught.value)
+    assert "private" not in str(caught.value)
+    assert "'hook.example' resolves to an address that is not publicly routable" in str(
+        caught.value
+    )
 
 
 async def test_resolve_checked_returns_public_answers() -> None:
@@ -383,8 +388,9 @@ async def test_resolve_checked_refuses_an_empty_answer() -> None:
 async def test_resolve_checked_blocks_unparseable_answers() -> None:
     """An answer that is not an IP address fails closed."""
     fake = FakeResolver({"hook.example": [["not-an-ip"]]})
-    with pytest.raises(BlockedAddress, match="unparseable"):
+    with pytest.raises(BlockedAddress) as caught:
         await resolve_checked("hook.example", 443, allow_private=False, resolver=fake)
+    assert caught.value.reason == "unparseable"
 
 
 async def test_resolve_checked_localhost_with_the_default_resolver() -> None:
@@ -408,8 +414,9 @@ async def test_guarded_resolver_rechecks_every_resolve_dns_rebinding() -> None:
     guard = GuardedResolver(allow_private=False, resolver=fake)
     first = await guard.resolve("rebind.example", 443, socket.AF_UNSPEC)
     assert [r["host"] for r in first] == ["8.8.8.8"]
-    with pytest.raises(BlockedAddress, match="loopback"):
+    with pytest.raises(BlockedAddress) as caught:
         await guard.resolve("rebind.example", 443, socket.AF_UNSPEC)
+    assert caught.value.reason == "loopback"
     assert fake.calls == ["rebind.example", "rebind.example"]
     await guard.close()
     assert not fake.closed
@@ -419,8 +426,9 @@ async def test_guarded_resolver_blocks_localhost() -> None:
     """With aiohttp's default resolver, "localhost" is refused (loopback)."""
     guard = GuardedResolver()
     try:
-        with pytest.raises(BlockedAddress, match="loopback"):
+        with pytest.raises(BlockedAddress) as caught:
             await guard.resolve("localhost", 80, socket.AF_UNSPEC)
+        assert caught.value.reason == "loopback"
     finally:
         await guard.close()
 

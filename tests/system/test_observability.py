@@ -153,11 +153,12 @@ async def test_dispatcher_serves_liveness_and_build_info(
 async def test_gateway_logs_only_json_and_says_where_it_listens(
     redis_server: RedisServer, spawn_service: SpawnService
 ) -> None:
-    port = free_port()
+    port, metrics_port = free_port(), free_port()
     proc = spawn_service(
         "gateway",
         redis_server.url,
         SPLATQ_GATEWAY_PORT=str(port),
+        SPLATQ_METRICS_PORT=str(metrics_port),
         SPLATQ_GATEWAY_HOST="127.0.0.1",
         SPLATQ_API_KEYS="acme:sq_test_key",
         SPLATQ_LOG_LEVEL="debug",
@@ -173,8 +174,10 @@ async def test_gateway_logs_only_json_and_says_where_it_listens(
     with socket.create_connection(("127.0.0.1", port), timeout=5) as raw:
         raw.sendall(b"NOT-HTTP \x00\x01\r\n\r\n")
         raw.recv(4096)
-    status, text = await http_get(f"http://127.0.0.1:{port}/metrics")
+    status, text = await http_get(f"http://127.0.0.1:{metrics_port}/metrics")
     assert status == 200
+    status, _ = await http_get(f"http://127.0.0.1:{port}/metrics")
+    assert status == 404  # the API port does not serve it once the metrics port does
     assert await stop(proc) == 0
 
     events = json_lines(path)
