@@ -9,6 +9,7 @@ import structlog
 from aiohttp import web
 
 from splatq.services.gateway.app import create_app
+from splatq.services.gateway.http_errors import ProblemAppRunner
 from splatq.shared import tracing
 from splatq.shared.logs import configure_logging
 from splatq.shared.metrics import package_version
@@ -19,7 +20,7 @@ log = structlog.get_logger("splatq.gateway")
 
 async def serve(settings: Settings) -> None:
     """Serve until SIGTERM/SIGINT, then stop accepting, drain (`shutdown_grace_s`) and exit."""
-    runner = web.AppRunner(
+    runner = ProblemAppRunner(
         create_app(settings),
         access_log=None,  # the middleware logs every request as a structlog event
         shutdown_timeout=settings.shutdown_grace_s,

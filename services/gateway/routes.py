@@ -48,7 +48,12 @@ from splatq.services.gateway.images import (
 )
 from splatq.services.gateway.openapi import openapi_document
 from splatq.services.gateway.problems import ApiError, invalid_request, not_found
-from splatq.services.gateway.submission import Submission, idempotency_key, read_submission
+from splatq.services.gateway.submission import (
+    Submission,
+    idempotency_key,
+    prefer_headers,
+    read_submission,
+)
 from splatq.services.gateway.tenant_policies import TENANT_POLICIES
 from splatq.services.gateway.views import job_view, rfc3339, valid_stream_id
 from splatq.services.gateway.waiting import preferred_wait, wait_until_finished
@@ -143,6 +148,7 @@ async def submit_job(request: web.Request) -> web.Response:
             {"Retry-After": str(max(1, math.ceil(retry_ms / 1000)))},
         )
     idem_header = idempotency_key(request)
+    prefer = prefer_headers(request)
     submission = await read_submission(
         request, settings.max_upload_bytes, settings.webhook_allow_private
     )
@@ -191,7 +197,7 @@ async def submit_job(request: web.Request) -> web.Response:
     if created and idem_header and params.cache:
         await _claim_content(queue, tenant, content_key, job.id, policy)
     await _confirm_replicated(request, queue, job.id)
-    wait_s = preferred_wait(request.headers.getall("Prefer", []), settings.prefer_wait_max_s)
+    wait_s = preferred_wait(prefer, settings.prefer_wait_max_s)
     if wait_s and response.status == 202:
         return await _answer_after_wait(request, tenant, job.id, wait_s, response)
     return response
