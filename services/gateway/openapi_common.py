@@ -55,7 +55,13 @@ ENUMS: dict[str, dict[str, Any]] = {
     "Quality": {"type": "string", "enum": list(QUALITIES)},
     "JobStream": {"type": "string", "enum": [s.value for s in StreamName]},
     "PipelineStage": {"type": "string", "enum": [s.value for s in PIPELINE]},
-    "EventName": {"type": "string", "enum": [e.value for e in EventType]},
+    # Values that are no identifiers get names (openapi-python-client and openapi-generator
+    # read `x-enum-varnames`): EventName.COMPLETED, not EventName.VALUE_3.
+    "EventName": {
+        "type": "string",
+        "enum": [e.value for e in EventType],
+        "x-enum-varnames": [e.value.rsplit(".", 1)[1].upper() for e in EventType],
+    },
 }
 
 
