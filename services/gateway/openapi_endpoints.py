@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from splatq.services.gateway.openapi_common import (
+    HTTPS_URL_PATTERN,
     TIME_OR_NULL,
     UNAUTHORIZED,
     UNAVAILABLE,
@@ -73,10 +74,10 @@ _URL = {
     "type": "string",
     "minLength": 1,
     "maxLength": MAX_URL_LENGTH,
-    "pattern": "^[Hh][Tt][Tt][Pp][Ss]?://",
-    "description": "where to POST the events: https (http too only with "
-    "SPLATQ_WEBHOOK_ALLOW_PRIVATE), a public host name (no IP literal, no single-label or "
-    "local name), no userinfo; else 400 invalid_request from the SSRF guard",
+    "pattern": HTTPS_URL_PATTERN,
+    "description": "where to POST the events: an https URL of a public host name (no IP "
+    "literal, no single-label or local name: 400 invalid_request from the SSRF guard); http "
+    "and private hosts only where SPLATQ_WEBHOOK_ALLOW_PRIVATE is set (testing)",
 }
 _HEADERS = {
     "type": ["object", "null"],

@@ -575,7 +575,8 @@ async def job_events(request: web.Request) -> web.StreamResponse:
     after the terminal event. Open streams are capped per tenant and per process (429)."""
     tenant = await authenticate(request)
     job = await _owned_job(request, tenant)
-    after = request.headers.get("Last-Event-ID") or request.query.get("last_event_id") or "0-0"
+    # Sent but empty is malformed too (the document's pattern), not "from the start".
+    after = request.headers.get("Last-Event-ID", request.query.get("last_event_id", "0-0"))
     if not valid_stream_id(after):
         raise ApiError(
             400,
