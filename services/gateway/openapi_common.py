@@ -108,7 +108,9 @@ def json_request(schema: dict[str, Any], required: bool = True) -> dict[str, Any
 # What check_url (shared/webhooks/ssrf.py) refuses by syntax alone: a scheme other than https,
 # no host, userinfo, whitespace, control characters or backslashes. Its host policy (no IP
 # literal, no local or single-label name) is stated in words: 400 invalid_request.
-HTTPS_URL_PATTERN = "^[Hh][Tt][Tt][Pp][Ss]://[^\\x00-\\x20\\x7f\\\\/?#@]+([/?#][^\\x00-\\x20\\x7f\\\\]*)?$"
+HTTPS_URL_PATTERN = (
+    "^[Hh][Tt][Tt][Pp][Ss]://[^\\x00-\\x20\\x7f\\\\/?#@]+([/?#][^\\x00-\\x20\\x7f\\\\]*)?$"
+)
 UNAUTHORIZED = problem("unauthorized: missing or unknown API key")
 UNAVAILABLE = problem("unavailable: Redis or storage unreachable; retry later", RETRY_AFTER)
 # Sent by the HTTP layer itself for a request it cannot read (a malformed request line or

@@ -196,7 +196,9 @@ def tenant_paths() -> dict[str, Any]:
                 "parameters": [_TENANT],
                 "requestBody": json_request({
                     "type": "object", "additionalProperties": False,
-                    "properties": {"label": {"type": "string", "maxLength": 100},
+                    "properties": {"label": {"type": "string", "maxLength": 100,
+                                            "description": "printable text (no control, "
+                                            "format or unassigned characters), else 400"},
                                    "rotate": {"type": "string", "pattern": f"^{KEY_ID_PATTERN}$",
                                               "description": "the key id to retire"},
                                    "grace_seconds": {"type": "integer", "minimum": 0,

@@ -575,9 +575,11 @@ async def job_events(request: web.Request) -> web.StreamResponse:
     after the terminal event. Open streams are capped per tenant and per process (429)."""
     tenant = await authenticate(request)
     job = await _owned_job(request, tenant)
-    # Sent but empty is malformed too (the document's pattern), not "from the start".
-    after = request.headers.get("Last-Event-ID", request.query.get("last_event_id", "0-0"))
-    if not valid_stream_id(after):
+    # Sent but empty is malformed too (the document's pattern), not "from the start"; the
+    # header wins over the query parameter, and each one sent must be an event id.
+    sent = [request.headers.get("Last-Event-ID"), request.query.get("last_event_id")]
+    after = next((v for v in sent if v is not None), "0-0")
+    if not all(valid_stream_id(v) for v in sent if v is not None):
         raise ApiError(
             400,
             "invalid_request",

@@ -157,9 +157,7 @@ async def test_a_generated_client_submits_follows_lists_and_downloads(
     assert created.parsed.secret.startswith("whsec_")
 
     # The event stream, read whole (a generated client buffers it; see docs/api.md).
-    stream = await _mod("api.events.job_events").asyncio_detailed(
-        job_id=form_job.id, client=client
-    )
+    stream = await _mod("api.events.job_events").asyncio_detailed(job_id=form_job.id, client=client)
     assert stream.status_code == 200
     assert b"event: 3d_reconstruction.completed" in stream.content
 
@@ -173,4 +171,3 @@ async def test_a_generated_client_submits_follows_lists_and_downloads(
     assert {"acme", "beta"} <= {t.tenant for t in tenants.tenants}
     await client.get_async_httpx_client().aclose()
     await admin.get_async_httpx_client().aclose()
-

@@ -120,8 +120,15 @@ async def test_query_constraints_are_enforced(client: Client) -> None:
     ok = await client.get("/v1/jobs?status=queued&status=failed,completed", headers=AUTH_A)
     assert ok.status == 200
     job = await (await client.post("/v1/jobs", data=form(), headers=AUTH_A)).json()
-    events = f"/v1/jobs/{job['id']}/events?last_event_id={'1' * 20}-0"  # 20 digits: not an id
+    stream = f"/v1/jobs/{job['id']}/events"
+    events = f"{stream}?last_event_id={'1' * 20}-0"  # 20 digits: not an id
     await problem(await client.get(events, headers=AUTH_A), 400, "invalid_request")
+    empty = {**AUTH_A, "Last-Event-ID": ""}
+    await problem(await client.get(stream, headers=empty), 400,
+                  "invalid_request")  # fmt: skip
+    both = {**AUTH_A, "Last-Event-ID": "1-0"}  # the header wins, but the query is checked too
+    await problem(await client.get(f"{stream}?last_event_id=x", headers=both), 400,
+                  "invalid_request")  # fmt: skip
 
 
 async def test_admin_constraints_and_paging(make_client: ClientFactory) -> None:
