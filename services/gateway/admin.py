@@ -23,6 +23,7 @@ from splatq.services.gateway.problems import ApiError, invalid_request, not_foun
 from splatq.services.gateway.quota_gate import usage_view
 from splatq.services.gateway.views import rfc3339
 from splatq.shared.engine.keys import StreamName
+from splatq.shared.tenants.apikeys import KEY_ID_PATTERN
 from splatq.shared.tenants.periods import Period
 from splatq.shared.tenants.store import KeyInfo, TenantError, TenantScheduling, TenantStore
 
@@ -31,7 +32,6 @@ UPDATE_FIELDS = frozenset({"weight", "running_caps"})
 KEY_FIELDS = frozenset({"label", "rotate", "grace_seconds"})
 QUOTA_FIELDS = frozenset({"gpu_seconds", "period"})
 MAX_GRACE_S = 30 * 24 * 3600
-KEY_ID_PATTERN = "key_[0-9A-Z]{26}"  # shared/tenants/apikeys.py `new_key_id`
 KEY_ID_RE = re.compile(KEY_ID_PATTERN)
 
 

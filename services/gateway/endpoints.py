@@ -302,7 +302,7 @@ async def list_attempts(request: web.Request) -> web.Response:
     raw_limit = request.query.get("limit", str(DEFAULT_ATTEMPTS_LIMIT))
     if not raw_limit.isdigit() or not 1 <= int(raw_limit) <= MAX_ATTEMPTS_LIMIT:
         raise invalid_request(f"limit must be an integer within [1, {MAX_ATTEMPTS_LIMIT}]")
-    cursor = request.query.get("cursor") or None
+    cursor = request.query.get("cursor")  # sent but empty is no cursor either: 400
     if cursor is not None and not valid_stream_id(cursor):
         raise invalid_request("cursor is not a cursor this API returned")
     rows, more = await _store(request).attempts(tenant, endpoint.id, cursor, int(raw_limit))

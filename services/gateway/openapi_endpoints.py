@@ -86,9 +86,14 @@ _HEADERS = {
         "maxLength": custom_headers.MAX_NAME,
         "pattern": "^[!#$%&'*+.^_`|~0-9A-Za-z-]+$",
     },
-    "additionalProperties": {"type": "string", "maxLength": custom_headers.MAX_VALUE},
-    "description": "custom headers sent with every delivery; hop-by-hop, framing, "
-    "User-Agent and webhook-* (signature) headers are refused; at most "
+    "additionalProperties": {
+        "type": "string",
+        "maxLength": custom_headers.MAX_VALUE,
+        "pattern": "^[\\x20-\\x7e]*$",
+    },
+    "description": "custom headers sent with every delivery: values of visible ASCII and "
+    "spaces; hop-by-hop, framing, User-Agent, tracing and webhook-*/proxy-* (signature) "
+    "headers are refused (names compared case-insensitively, each name once); at most "
     f"{custom_headers.MAX_TOTAL} bytes in all; PATCH replaces the set, null clears it",
     "examples": [{"X-Api-Key": "rk_live_4f1c"}],
 }

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from splatq.services.gateway.admin import KEY_ID_PATTERN
 from splatq.services.gateway.openapi_common import (
     RETRY_AFTER,
     TIME_OR_NULL,
@@ -14,6 +13,7 @@ from splatq.services.gateway.openapi_common import (
     ref,
 )
 from splatq.services.gateway.tenant_listing import CURSOR_PATTERN, DEFAULT_LIMIT, MAX_LIMIT
+from splatq.shared.tenants.apikeys import KEY_ID_PATTERN
 
 _TIME_OR_NULL = TIME_OR_NULL
 _SECONDS_OR_NULL = {"type": ["number", "null"], "minimum": 0}

@@ -92,9 +92,7 @@ def parse_params(raw: Any, allow_private_webhooks: bool = False) -> Params:
     quality = raw.get("quality", "full")
     if quality not in QUALITIES:
         raise invalid_request(f"quality must be one of {list(QUALITIES)}, got {quality!r}")
-    webhook_url = raw.get("webhook_url") or ""
-    if webhook_url:
-        check_webhook_url(webhook_url, allow_private_webhooks)
+    webhook_url = _webhook_url(raw.get("webhook_url"), allow_private_webhooks)
     events = raw.get("webhook_events", [])
     names = {e.value for e in EventType}
     if not isinstance(events, list) or not all(isinstance(e, str) for e in events):
@@ -123,6 +121,15 @@ def parse_params(raw: Any, allow_private_webhooks: bool = False) -> Params:
         cache,
         progressive=progressive and quality == "full",
     )
+
+
+def _webhook_url(raw: Any, allow_private: bool) -> str:
+    """The params' webhook_url: null, "" or absent is none; a string is checked."""
+    if raw is None or raw == "":
+        return ""
+    if not isinstance(raw, str):
+        raise invalid_request("webhook_url must be a string (or null)")
+    return check_webhook_url(raw, allow_private)
 
 
 def check_webhook_url(url: Any, allow_private: bool, field: str = "webhook_url") -> str:

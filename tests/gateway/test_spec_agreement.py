@@ -251,3 +251,25 @@ async def test_a_quota_as_large_as_the_schema_allows_still_admits(
     assert submitted.status == 202, await submitted.text()
     usage = await (await client.get("/v1/usage", headers=AUTH_A)).json()
     assert usage["quota_gpu_seconds"] == 9.1e11
+
+
+async def test_endpoint_and_params_constraints_are_enforced(client: Client) -> None:
+    """webhook_url of another type is refused (an empty object was taken for none); an empty
+    attempts cursor is refused (it was taken for none); header values are visible ASCII."""
+    body = {"image": PNG_1X1_DATA_URL, "webhook_url": {}}
+    await problem(await client.post("/v1/jobs", json=body, headers=AUTH_A), 400,
+                  "invalid_request")  # fmt: skip
+    created = await client.post(
+        "/v1/webhook-endpoints", json={"url": "https://hooks.example.com/x"}, headers=AUTH_A
+    )
+    assert created.status == 201, await created.text()
+    endpoint = (await created.json())["id"]
+    attempts = f"/v1/webhook-endpoints/{endpoint}/attempts?cursor="
+    await problem(await client.get(attempts, headers=AUTH_A), 400, "invalid_request")
+    create = DOC["paths"]["/v1/webhook-endpoints"]["post"]["requestBody"]["content"]
+    headers_schema = create["application/json"]["schema"]["properties"]["headers"]
+    value_validator = Draft202012Validator(headers_schema["additionalProperties"])
+    assert not value_validator.is_valid("a\x0bb")
+    bad = {"url": "https://hooks.example.com/x", "headers": {"X-A": "a\x0bb"}}
+    resp = await client.post("/v1/webhook-endpoints", json=bad, headers=AUTH_A)
+    await problem(resp, 400, "invalid_request")
