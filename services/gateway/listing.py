@@ -20,6 +20,7 @@ import orjson
 from aiohttp import web
 from multidict import MultiMapping
 
+from splatq.services.gateway.digits import is_digits
 from splatq.services.gateway.problems import invalid_request
 from splatq.shared.engine.listing import JobFilter, Position
 from splatq.shared.engine.states import JobStatus
@@ -57,7 +58,7 @@ def parse_query(query: MultiMapping[str]) -> ListQuery:
         until_ms=_time_ms(query, "created_until"),
     )
     raw_limit = query.get("limit", str(DEFAULT_LIMIT))
-    if not raw_limit.isdigit() or not 1 <= int(raw_limit) <= MAX_LIMIT:
+    if not is_digits(raw_limit) or not 1 <= int(raw_limit) <= MAX_LIMIT:
         raise invalid_request(f"limit must be an integer within [1, {MAX_LIMIT}]")
     # Present but empty is refused like any value this API did not return.
     cursor = query.get("cursor")

@@ -18,6 +18,7 @@ from urllib.parse import urlencode
 
 from multidict import MultiMapping
 
+from splatq.services.gateway.digits import is_digits
 from splatq.services.gateway.problems import invalid_request
 from splatq.services.gateway.views import rfc3339
 
@@ -38,7 +39,7 @@ def parse_query(query: MultiMapping[str]) -> TenantQuery:
     if unknown:
         raise invalid_request(f"unknown query parameter {unknown[0]!r}")
     raw_limit = query.get("limit", str(DEFAULT_LIMIT))
-    if not raw_limit.isdigit() or not 1 <= int(raw_limit) <= MAX_LIMIT:
+    if not is_digits(raw_limit) or not 1 <= int(raw_limit) <= MAX_LIMIT:
         raise invalid_request(f"limit must be an integer within [1, {MAX_LIMIT}]")
     after = decode_cursor(query["cursor"]) if "cursor" in query else None
     return TenantQuery(int(raw_limit), after)

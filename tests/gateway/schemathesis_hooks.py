@@ -43,6 +43,9 @@ DOCUMENTED = (
     Documented("POST /v1/jobs", 422, "image_url_(unreachable|forbidden|too_large)", "",
                "`image_url` is fetched: whether its host is public and answers with an image "
                "is known only then (docs/api.md, input by URL)"),
+    Documented("POST /v1/jobs", 422, "idempotency_key_reused", "",
+               "an Idempotency-Key names one request: generated cases reuse a key with "
+               "another body, and that is refused, as the header's description says"),
     Documented("POST /v1/jobs", 400, "invalid_request",
                r"^send either an image part or an image_url part|^missing multipart part",
                "multipart: exactly one of the image and image_url parts is stated in the "

@@ -244,6 +244,7 @@ FULL_RUN_CONFIG = Path(__file__).with_name("schemathesis.toml")
 PHASES = ("Examples", "Coverage", "Fuzzing", "Stateful")
 
 
+@pytest.mark.timeout(FULL_RUN_MAX_TIME_S + 330)  # past the subprocess' own timeout
 def test_all_checks_and_the_stateful_phase_find_nothing(gateway_url: str) -> None:
     """`st run --checks all` with every phase against the live gateway: zero failures and
     zero errors. Runs last: its admin calls change tenants' quotas and keys."""

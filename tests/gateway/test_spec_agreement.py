@@ -273,3 +273,21 @@ async def test_endpoint_and_params_constraints_are_enforced(client: Client) -> N
     bad = {"url": "https://hooks.example.com/x", "headers": {"X-A": "a\x0bb"}}
     resp = await client.post("/v1/webhook-endpoints", json=bad, headers=AUTH_A)
     await problem(resp, 400, "invalid_request")
+
+
+async def test_non_ascii_digits_are_refused_not_a_500(make_client: ClientFactory) -> None:
+    """`"¹".isdigit()` is true and `int("¹")` raises: a limit or a Prefer wait of it was a
+    500. Now a limit of it is a 400 and such a wait an ignored preference (RFC 7240)."""
+    client = await make_client(admin_api_key=ADMIN_KEY)
+    created = await client.post(
+        "/v1/webhook-endpoints", json={"url": "https://hooks.example.com/x"}, headers=AUTH_A
+    )
+    endpoint = (await created.json())["id"]
+    for url, headers in (
+        ("/v1/jobs?limit=%C2%B9", AUTH_A),
+        (f"/v1/webhook-endpoints/{endpoint}/attempts?limit=%C2%B9", AUTH_A),
+        ("/v1/admin/tenants?limit=%C2%B9", ADMIN),
+    ):
+        await problem(await client.get(url, headers=headers), 400, "invalid_request")
+    resp = await client.post("/v1/jobs", data=form(), headers={**AUTH_A, "Prefer": "wait=¹"})
+    assert resp.status == 202, await resp.text()
