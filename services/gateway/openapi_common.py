@@ -26,7 +26,7 @@ PROBLEM_CODES = [
     "too_many_fetches", "too_many_streams", "overloaded", "unavailable", "not_replicated",
     "internal_error", "http_error", "endpoint_limit_reached", "endpoint_disabled",
     "admin_disabled", "tenant_exists", "image_url_forbidden", "image_url_unreachable",
-    "image_url_too_large",
+    "image_url_too_large", "too_many_auth_failures", "request_timeout",
 ]  # fmt: skip
 PROBLEM_SCHEMA: dict[str, Any] = {
     "type": "object",
@@ -86,6 +86,8 @@ ZONED_TIME: dict[str, Any] = {
 }
 TIME_OR_NULL: dict[str, Any] = {"type": ["string", "null"], "format": "date-time"}
 RETRY_AFTER = {"Retry-After": {"schema": {"type": "string"}, "description": "seconds"}}
+# On every answer that carries a secret (and every admin answer): no cache keeps a copy.
+NO_STORE_HEADER = {"Cache-Control": {"schema": {"type": "string", "const": "no-store"}}}
 PROBLEM_CONTENT = {"application/problem+json": {"schema": ref("Problem")}}
 
 
@@ -96,9 +98,14 @@ def problem(description: str, headers: dict[str, Any] | None = None) -> dict[str
     return out
 
 
-def ok(description: str, schema: dict[str, Any], status: str = "200") -> dict[str, Any]:
-    return {status: {"description": description,
-                     "content": {"application/json": {"schema": schema}}}}  # fmt: skip
+def ok(
+    description: str, schema: dict[str, Any], status: str = "200", headers: Any = None
+) -> dict[str, Any]:
+    out: dict[str, Any] = {"description": description,
+                           "content": {"application/json": {"schema": schema}}}  # fmt: skip
+    if headers:
+        out["headers"] = headers
+    return {status: out}
 
 
 def json_request(schema: dict[str, Any], required: bool = True) -> dict[str, Any]:
@@ -110,6 +117,10 @@ def json_request(schema: dict[str, Any], required: bool = True) -> dict[str, Any
 # literal, no local or single-label name) is stated in words: 400 invalid_request.
 HTTPS_URL_PATTERN = (
     "^[Hh][Tt][Tt][Pp][Ss]://[^\\x00-\\x20\\x7f\\\\/?#@]+([/?#][^\\x00-\\x20\\x7f\\\\]*)?$"
+)
+REQUEST_TIMEOUT = problem(
+    "request_timeout: the body did not arrive within SPLATQ_BODY_TIMEOUT_S (60 s); the "
+    "connection is closed"
 )
 UNAUTHORIZED = problem("unauthorized: missing or unknown API key")
 UNAVAILABLE = problem("unavailable: Redis or storage unreachable; retry later", RETRY_AFTER)

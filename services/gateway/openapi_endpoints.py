@@ -7,6 +7,8 @@ from typing import Any
 
 from splatq.services.gateway.openapi_common import (
     HTTPS_URL_PATTERN,
+    NO_STORE_HEADER,
+    REQUEST_TIMEOUT,
     TIME_OR_NULL,
     UNAUTHORIZED,
     UNAVAILABLE,
@@ -65,6 +67,7 @@ _ENDPOINT_404 = {
 }
 _JSON_BODY_ERRORS = {
     "400": problem("invalid_request: bad JSON, unknown field, bad url or event name"),
+    "408": REQUEST_TIMEOUT,
     "413": problem("payload_too_large: the body exceeds 16 KB"),
     "415": problem("unsupported_media_type: the body must be application/json"),
 }
@@ -110,7 +113,8 @@ def _secret_responses(description: str) -> dict[str, Any]:
             "previous_secret_expires_at": TIME_OR_NULL,
         },
     }
-    return {**ok(description, schema), "401": UNAUTHORIZED, "503": UNAVAILABLE}
+    return {**ok(description, schema, headers=NO_STORE_HEADER), "401": UNAUTHORIZED,
+            "503": UNAVAILABLE}  # fmt: skip
 
 
 def secret_paths() -> dict[str, Any]:
@@ -220,7 +224,8 @@ def endpoint_paths() -> dict[str, Any]:
                 }),
                 "responses": {
                     "201": {"description": "created", "content": _ENDPOINT,
-                            "headers": {"Location": {"schema": {"type": "string"}}}},
+                            "headers": {"Location": {"schema": {"type": "string"}},
+                                        **NO_STORE_HEADER}},
                     **_JSON_BODY_ERRORS,
                     "401": UNAUTHORIZED,
                     "409": problem("endpoint_limit_reached"),
@@ -257,7 +262,8 @@ def endpoint_paths() -> dict[str, Any]:
                      "signature) for 24 h (SPLATQ_WEBHOOK_ROTATION_OVERLAP_S).",
                      "parameters": [_ENDPOINT_ID],
                      "responses": {"200": {"description": "the endpoint with its new secret",
-                                           "content": _ENDPOINT}, **_ENDPOINT_404}},
+                                           "headers": NO_STORE_HEADER, "content": _ENDPOINT},
+                                   **_ENDPOINT_404}},
         },
         "/v1/webhook-endpoints/{endpoint_id}/recover": {"post": _recover()},
         "/v1/webhook-endpoints/{endpoint_id}/test": {"post": _test()},

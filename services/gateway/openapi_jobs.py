@@ -13,6 +13,7 @@ from typing import Any
 from splatq.services.gateway import listing
 from splatq.services.gateway.openapi_common import (
     HTTPS_URL_PATTERN,
+    REQUEST_TIMEOUT,
     RETRY_AFTER,
     UNAUTHORIZED,
     UNAVAILABLE,
@@ -155,6 +156,7 @@ _SUBMIT_RESPONSES: dict[str, Any] = {
     "400": problem("invalid_request: bad JSON, unknown or invalid param, neither or both of "
                    "image and image_url, a bad header"),
     "401": UNAUTHORIZED,
+    "408": REQUEST_TIMEOUT,
     "413": problem("payload_too_large"),
     "415": problem("unsupported_media_type"),
     "422": problem("invalid_image, image_too_large, image_too_complex, idempotency_key_reused, "
@@ -218,9 +220,10 @@ def _submit(max_wait_s: int) -> dict[str, Any]:
 def _list_jobs() -> dict[str, Any]:
     return {
         "operationId": "listJobs",
-        "description": "The caller's jobs, newest first. A status filter is applied to the "
-        "records read, so a page may come back short (even empty) with a next_cursor: follow "
-        "it until it is null.",
+        "description": "The caller's jobs, newest first. A page examines a bounded number of "
+        "the tenant's jobs (4 per item of `limit`, at least 32), so with a status filter it may "
+        "come back short (even empty) with a next_cursor: follow it until it is null. Listings "
+        "have a per-tenant rate limit of their own (429 rate_limited).",
         "parameters": [
             {"name": "status", "in": "query", "required": False, "style": "form",
              "explode": True, "schema": {"type": "array", "items": ref("JobStatus")},
@@ -246,6 +249,9 @@ def _list_jobs() -> dict[str, Any]:
                                          "description": '<next>; rel="next"'}}},
             "400": problem("invalid_request: bad status, time, limit or cursor"),
             "401": UNAUTHORIZED,
+            "429": problem("rate_limited: this API key's listings are over "
+                           "SPLATQ_LIST_RATE_LIMIT_PER_S (burst SPLATQ_LIST_RATE_LIMIT_BURST)",
+                           RETRY_AFTER),
             "503": UNAVAILABLE,
         },
     }  # fmt: skip

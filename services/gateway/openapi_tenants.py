@@ -5,6 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from splatq.services.gateway.openapi_common import (
+    NO_STORE_HEADER,
+    REQUEST_TIMEOUT,
     RETRY_AFTER,
     TIME_OR_NULL,
     json_request,
@@ -79,17 +81,21 @@ SCHEMAS: dict[str, Any] = {
 
 
 def _ok(description: str, name: str, status: str = "200") -> dict[str, Any]:
-    return ok(description, ref(name), status)
+    return ok(description, ref(name), status, headers=NO_STORE_HEADER)
 
 
 _ADMIN_ERRORS = {
     "401": problem("unauthorized: no API key, or an unknown one"),
     "403": problem("forbidden (a tenant's key, not the admin key) or admin_disabled (no "
                     "SPLATQ_ADMIN_API_KEY)"),
+    "429": problem("too_many_auth_failures: this client address, or every client together, "
+                   "failed to authenticate too often (SPLATQ_ADMIN_AUTH_FAILURES_PER_MIN, "
+                   "_GLOBAL_PER_MIN); no key is checked until Retry-After", RETRY_AFTER),
     "503": problem("unavailable: Redis unreachable", RETRY_AFTER),
 }  # fmt: skip
 _BODY_ERRORS = {
     "400": problem("invalid_request: bad JSON, an unknown field, a value out of range"),
+    "408": REQUEST_TIMEOUT,
     "413": problem("payload_too_large: the body exceeds 16 KB"),
     "415": problem("unsupported_media_type: the body must be application/json"),
 }
@@ -161,7 +167,7 @@ def tenant_paths() -> dict[str, Any]:
                      "description": "the previous page's next_cursor (another value: 400)"},
                 ],
                 "responses": {
-                    **ok("a page of tenants", _TENANT_PAGE),
+                    **ok("a page of tenants", _TENANT_PAGE, headers=NO_STORE_HEADER),
                     "400": problem("invalid_request: bad limit or cursor"),
                     **_ADMIN_ERRORS,
                 },
