@@ -118,6 +118,8 @@ def json_request(schema: dict[str, Any], required: bool = True) -> dict[str, Any
 HTTPS_URL_PATTERN = (
     "^[Hh][Tt][Tt][Pp][Ss]://[^\\x00-\\x20\\x7f\\\\/?#@]+([/?#][^\\x00-\\x20\\x7f\\\\]*)?$"
 )
+# The same for `image_url`, where http is accepted too.
+HTTP_URL_PATTERN = HTTPS_URL_PATTERN.replace("[Ss]://", "[Ss]?://", 1)
 REQUEST_TIMEOUT = problem(
     "request_timeout: the body did not arrive within SPLATQ_BODY_TIMEOUT_S (60 s); the "
     "connection is closed"

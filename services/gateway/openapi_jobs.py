@@ -12,6 +12,7 @@ from typing import Any
 
 from splatq.services.gateway import listing
 from splatq.services.gateway.openapi_common import (
+    HTTP_URL_PATTERN,
     HTTPS_URL_PATTERN,
     REQUEST_TIMEOUT,
     RETRY_AFTER,
@@ -55,8 +56,10 @@ _IMAGE_URL = {
     "minLength": 1,
     "maxLength": MAX_URL_LENGTH,
     "format": "uri",
+    "pattern": HTTP_URL_PATTERN,
     "description": "http(s) URL of the image, fetched through the SSRF guard (in place of "
-    "`image`; 422 image_url_forbidden, image_url_unreachable, image_url_too_large)",
+    "`image`; a URL its parsers read differently, or with an invalid host name, is a 400; "
+    "422 image_url_forbidden, image_url_unreachable, image_url_too_large)",
 }
 # Exactly one of image / image_url: validators read these, generators ignore them. JSON only:
 # beside a binary property (multipart) a `not` crashes schemathesis' coverage phase.

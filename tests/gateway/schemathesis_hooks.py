@@ -52,7 +52,7 @@ DOCUMENTED = (
                "description only (a `not` beside a binary property crashes schemathesis' "
                "coverage phase); the JSON encoding states it in the schema"),
     Documented(r"(POST|PATCH) /v1/(jobs|webhook-endpoints(/\{endpoint_id\})?)", 400,
-               "invalid_request", r"^(webhook_url|url) rejected \(",
+               "invalid_request", r"^(webhook_url|url) rejected \(|^image_url rejected: ",
                "the SSRF guard's host policy (no IP literal, no local or single-label name, "
                "one reading for every URL parser) is stated in the url's description"),
     Documented(r"GET /v1/(jobs|admin/tenants)", 400, "invalid_request", "^cursor ",
