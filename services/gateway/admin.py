@@ -8,12 +8,14 @@ API key is in the answer that creates it and nowhere else; Redis keeps only its 
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import Any
 
 import orjson
 from aiohttp import web
 
+from splatq.services.gateway import tenant_listing
 from splatq.services.gateway.app import QUOTAS, SETTINGS, TENANTS
 from splatq.services.gateway.auth import authenticate_admin
 from splatq.services.gateway.endpoints import _check_fields, _json_body
@@ -22,6 +24,7 @@ from splatq.services.gateway.quota_gate import usage_view
 from splatq.services.gateway.server import NO_STORE
 from splatq.services.gateway.views import rfc3339
 from splatq.shared.engine.keys import StreamName
+from splatq.shared.tenants.apikeys import KEY_ID_PATTERN
 from splatq.shared.tenants.periods import Period
 from splatq.shared.tenants.store import KeyInfo, TenantError, TenantScheduling, TenantStore
 
@@ -30,6 +33,7 @@ UPDATE_FIELDS = frozenset({"weight", "running_caps"})
 KEY_FIELDS = frozenset({"label", "rotate", "grace_seconds"})
 QUOTA_FIELDS = frozenset({"gpu_seconds", "period"})
 MAX_GRACE_S = 30 * 24 * 3600
+KEY_ID_RE = re.compile(KEY_ID_PATTERN)
 
 
 def add_admin_routes(app: web.Application) -> None:
@@ -74,7 +78,10 @@ async def _known_tenant(request: web.Request, store: TenantStore) -> str:
 
 
 def _int_field(doc: Mapping[str, Any], name: str, lo: int, hi: int) -> int:
+    """An integer member; an integral float (`2.0`) is one too, as JSON Schema reads it."""
     value = doc[name]
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
     if not isinstance(value, int) or isinstance(value, bool) or not lo <= value <= hi:
         raise invalid_request(f"{name} must be an integer within [{lo}, {hi}]")
     return value
@@ -135,11 +142,14 @@ async def create_tenant(request: web.Request) -> web.Response:
 
 
 async def list_tenants(request: web.Request) -> web.Response:
+    """Created and configured tenants by name, a page at a time (tenant_listing)."""
     store = await _admin(request)
-    tenants = await store.all()
-    return _json(
-        {"tenants": [{"tenant": t, "created_at": rfc3339(ms)} for t, ms in tenants.items()]}
-    )
+    query = tenant_listing.parse_query(request.query)
+    configured = set(request.app[SETTINGS].api_keys.values())
+    rows, cursor = tenant_listing.page(await store.all(), configured, query)
+    base = request.app[SETTINGS].public_base_url
+    url = tenant_listing.next_url(base, request.path, query, cursor)
+    return _json({"tenants": tenant_listing.view(rows), "next_cursor": cursor, "next": url})
 
 
 async def show_tenant(request: web.Request) -> web.Response:
@@ -169,6 +179,8 @@ async def add_key(request: web.Request) -> web.Response:
     rotate = doc.get("rotate", "")
     if not isinstance(label, str) or not isinstance(rotate, str):
         raise invalid_request("label and rotate must be strings")
+    if "rotate" in doc and not KEY_ID_RE.fullmatch(rotate):
+        raise invalid_request("rotate must be a key id (key_ and 26 characters)")
     grace = _int_field(doc, "grace_seconds", 0, MAX_GRACE_S) if "grace_seconds" in doc else 0
     try:
         new = await store.add_key(tenant, label, retire=rotate, retire_after_s=grace)

@@ -17,6 +17,7 @@ from aiohttp import web
 
 from splatq.services.gateway.app import QUEUE, SETTINGS
 from splatq.services.gateway.auth import authenticate
+from splatq.services.gateway.digits import is_digits
 from splatq.services.gateway.problems import ApiError, invalid_request, not_found
 from splatq.services.gateway.server import NO_STORE
 from splatq.services.gateway.submission import check_webhook_url, read_capped
@@ -302,9 +303,9 @@ async def list_attempts(request: web.Request) -> web.Response:
     if unknown:
         raise invalid_request(f"unknown query parameter {unknown[0]!r}")
     raw_limit = request.query.get("limit", str(DEFAULT_ATTEMPTS_LIMIT))
-    if not raw_limit.isdigit() or not 1 <= int(raw_limit) <= MAX_ATTEMPTS_LIMIT:
+    if not is_digits(raw_limit) or not 1 <= int(raw_limit) <= MAX_ATTEMPTS_LIMIT:
         raise invalid_request(f"limit must be an integer within [1, {MAX_ATTEMPTS_LIMIT}]")
-    cursor = request.query.get("cursor") or None
+    cursor = request.query.get("cursor")  # sent but empty is no cursor either: 400
     if cursor is not None and not valid_stream_id(cursor):
         raise invalid_request("cursor is not a cursor this API returned")
     rows, more = await _store(request).attempts(tenant, endpoint.id, cursor, int(raw_limit))

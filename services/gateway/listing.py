@@ -20,6 +20,7 @@ import orjson
 from aiohttp import web
 from multidict import MultiMapping
 
+from splatq.services.gateway.digits import is_digits
 from splatq.services.gateway.problems import invalid_request
 from splatq.shared.engine.listing import JobFilter, Position
 from splatq.shared.engine.states import JobStatus
@@ -47,9 +48,7 @@ def parse_query(query: MultiMapping[str]) -> ListQuery:
     unknown = sorted(set(query) - QUERY_PARAMS)
     if unknown:
         raise invalid_request(f"unknown query parameter {unknown[0]!r}")
-    statuses = frozenset(
-        s.strip() for raw in query.getall("status", []) for s in raw.split(",") if s.strip()
-    )
+    statuses = frozenset(s.strip() for raw in query.getall("status", []) for s in raw.split(","))
     bad = sorted(statuses - _STATUSES)
     if bad:
         raise invalid_request(f"status {bad[0]!r} is not one of {sorted(_STATUSES)}")
@@ -59,10 +58,11 @@ def parse_query(query: MultiMapping[str]) -> ListQuery:
         until_ms=_time_ms(query, "created_until"),
     )
     raw_limit = query.get("limit", str(DEFAULT_LIMIT))
-    if not raw_limit.isdigit() or not 1 <= int(raw_limit) <= MAX_LIMIT:
+    if not is_digits(raw_limit) or not 1 <= int(raw_limit) <= MAX_LIMIT:
         raise invalid_request(f"limit must be an integer within [1, {MAX_LIMIT}]")
-    cursor = query.get("cursor", "")
-    after = decode_cursor(cursor, _filter_digest(job_filter)) if cursor else None
+    # Present but empty is refused like any value this API did not return.
+    cursor = query.get("cursor")
+    after = decode_cursor(cursor, _filter_digest(job_filter)) if cursor is not None else None
     return ListQuery(job_filter, int(raw_limit), after)
 
 

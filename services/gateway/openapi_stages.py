@@ -10,22 +10,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from splatq.shared.engine.stages import ALL_STAGES, PIPELINE, StageStatus
+from splatq.services.gateway.openapi_common import nullable, ref
+from splatq.shared.engine.stages import ALL_STAGES, StageStatus
 
 STAGE_NAMES = [s.value for s in ALL_STAGES]
 STAGE_STATUSES = [s.value for s in StageStatus]
 _TIME_OR_NULL = {"type": ["string", "null"], "format": "date-time"}
-
-# The job's error (`Job.error` and a failed stage's `error`).
-JOB_ERROR: dict[str, Any] = {
-    "type": "object",
-    "required": ["code", "message", "retryable"],
-    "properties": {
-        "code": {"type": "string"},
-        "message": {"type": "string"},
-        "retryable": {"type": "boolean"},
-    },
-}
 
 JOB_STAGE: dict[str, Any] = {
     "type": "object",
@@ -39,25 +29,24 @@ JOB_STAGE: dict[str, Any] = {
         "attempts": {"type": "integer", "minimum": 0},
         "started_at": _TIME_OR_NULL,
         "finished_at": _TIME_OR_NULL,
-        "error": {"oneOf": [{"type": "null"}, JOB_ERROR]},
+        "error": nullable("JobError", "the failed attempt's error, or null"),
     },
 }
 
 # The Job schema's members for the staged pipeline.
 JOB_PROPERTIES: dict[str, Any] = {
-    "current_stage": {
-        "type": ["string", "null"],
-        "enum": [*(s.value for s in PIPELINE), None],
-        "description": "the pipeline stage the job is in (or ended in); null for a job no "
-        "staged worker has taken (yet)",
-    },
+    "current_stage": nullable(
+        "PipelineStage",
+        "the pipeline stage the job is in (or ended in); null for a job no staged worker has "
+        "taken (yet)",
+    ),
     "stages": {
         "type": "object",
         "description": "every pipeline stage by name, in pipeline order: "
         + ", ".join(STAGE_NAMES)
         + " (cleanup runs after a completed or canceled job ended); `{}` for a job no "
         "staged worker has taken (yet)",
-        "properties": {name: {"$ref": "#/components/schemas/JobStage"} for name in STAGE_NAMES},
+        "properties": {name: ref("JobStage") for name in STAGE_NAMES},
         "additionalProperties": False,
     },
 }
@@ -72,8 +61,7 @@ PROGRESS_STAGE_MEMBERS: dict[str, Any] = {
         "free-form step",
     },
     "next_stage": {
-        "type": "string",
-        "enum": [s.value for s in PIPELINE],
+        **ref("PipelineStage"),
         "description": "with `succeeded`: the stage the job moves on to",
     },
     "attempt": {

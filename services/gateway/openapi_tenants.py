@@ -4,11 +4,20 @@ from __future__ import annotations
 
 from typing import Any
 
-PROBLEM_REF = {"application/problem+json": {"schema": {"$ref": "#/components/schemas/Problem"}}}
-_RETRY_AFTER = {"Retry-After": {"schema": {"type": "string"}, "description": "seconds"}}
-# On every answer that carries a secret (and every admin answer): no cache keeps a copy.
-NO_STORE_HEADER = {"Cache-Control": {"schema": {"type": "string", "const": "no-store"}}}
-_TIME_OR_NULL = {"type": ["string", "null"], "format": "date-time"}
+from splatq.services.gateway.openapi_common import (
+    NO_STORE_HEADER,
+    REQUEST_TIMEOUT,
+    RETRY_AFTER,
+    TIME_OR_NULL,
+    json_request,
+    ok,
+    problem,
+    ref,
+)
+from splatq.services.gateway.tenant_listing import CURSOR_PATTERN, DEFAULT_LIMIT, MAX_LIMIT
+from splatq.shared.tenants.apikeys import KEY_ID_PATTERN
+
+_TIME_OR_NULL = TIME_OR_NULL
 _SECONDS_OR_NULL = {"type": ["number", "null"], "minimum": 0}
 _CAP = {"type": "integer", "minimum": 0, "maximum": 1_000_000}
 _WEIGHT = {"type": "integer", "minimum": 1, "maximum": 1000}
@@ -71,43 +80,46 @@ SCHEMAS: dict[str, Any] = {
 }
 
 
-def _problem(description: str, headers: dict[str, Any] | None = None) -> dict[str, Any]:
-    out: dict[str, Any] = {"description": description, "content": PROBLEM_REF}
-    if headers:
-        out["headers"] = headers
-    return out
-
-
-def _ok(description: str, ref: str, status: str = "200") -> dict[str, Any]:
-    schema = {"$ref": f"#/components/schemas/{ref}"}
-    return {status: {"description": description, "headers": NO_STORE_HEADER,
-                     "content": {"application/json": {"schema": schema}}}}  # fmt: skip
-
-
-def _body(schema: dict[str, Any]) -> dict[str, Any]:
-    return {"required": True, "content": {"application/json": {"schema": schema}}}
+def _ok(description: str, name: str, status: str = "200") -> dict[str, Any]:
+    return ok(description, ref(name), status, headers=NO_STORE_HEADER)
 
 
 _ADMIN_ERRORS = {
-    "401": _problem("unauthorized: no API key, or an unknown one"),
-    "403": _problem("forbidden (a tenant's key, not the admin key) or admin_disabled (no "
+    "401": problem("unauthorized: no API key, or an unknown one"),
+    "403": problem("forbidden (a tenant's key, not the admin key) or admin_disabled (no "
                     "SPLATQ_ADMIN_API_KEY)"),
-    "429": _problem("too_many_auth_failures: this client address, or every client together, "
-                    "failed to authenticate too often (SPLATQ_ADMIN_AUTH_FAILURES_PER_MIN, "
-                    "_GLOBAL_PER_MIN); no key is checked until Retry-After", _RETRY_AFTER),
-    "503": _problem("unavailable: Redis unreachable", _RETRY_AFTER),
+    "429": problem("too_many_auth_failures: this client address, or every client together, "
+                   "failed to authenticate too often (SPLATQ_ADMIN_AUTH_FAILURES_PER_MIN, "
+                   "_GLOBAL_PER_MIN); no key is checked until Retry-After", RETRY_AFTER),
+    "503": problem("unavailable: Redis unreachable", RETRY_AFTER),
 }  # fmt: skip
 _BODY_ERRORS = {
-    "400": _problem("invalid_request: bad JSON, an unknown field, a value out of range"),
-    "408": _problem("request_timeout: the body did not arrive within SPLATQ_BODY_TIMEOUT_S"),
-    "413": _problem("payload_too_large: the body exceeds 16 KB"),
-    "415": _problem("unsupported_media_type: the body must be application/json"),
+    "400": problem("invalid_request: bad JSON, an unknown field, a value out of range"),
+    "408": REQUEST_TIMEOUT,
+    "413": problem("payload_too_large: the body exceeds 16 KB"),
+    "415": problem("unsupported_media_type: the body must be application/json"),
 }
-_TENANT_404 = {"404": _problem("not_found: no such tenant")}
+_TENANT_404 = {"404": problem("not_found: no such tenant")}
 _TENANT = {"name": "tenant", "in": "path", "required": True,
            "schema": {"type": "string", "maxLength": 64}}  # fmt: skip
 _KEY_ID = {"name": "key_id", "in": "path", "required": True,
-           "schema": {"type": "string", "maxLength": 64}}  # fmt: skip
+           "schema": {"type": "string", "maxLength": 64},
+           "description": f"a key id ({KEY_ID_PATTERN}); any other: 404"}  # fmt: skip
+_TENANT_PAGE: dict[str, Any] = {
+    "type": "object",
+    "required": ["tenants", "next_cursor", "next"],
+    "properties": {
+        "tenants": {"type": "array", "items": {
+            "type": "object", "required": ["tenant", "created_at", "configured"],
+            "properties": {"tenant": {"type": "string"},
+                           "created_at": {**TIME_OR_NULL,
+                                          "description": "null: only in SPLATQ_API_KEYS"},
+                           "configured": {"type": "boolean",
+                                          "description": "named in SPLATQ_API_KEYS"}}}},
+        "next_cursor": {"type": ["string", "null"]},
+        "next": {"type": ["string", "null"], "description": "the next page's URL"},
+    },
+}  # fmt: skip
 
 
 def tenant_paths() -> dict[str, Any]:
@@ -121,8 +133,8 @@ def tenant_paths() -> dict[str, Any]:
                 "reserved (estimates of unfinished jobs), used (measured) and reset time.",
                 "responses": {
                     **_ok("the tenant's usage", "Usage"),
-                    "401": _problem("missing or unknown API key"),
-                    "503": _problem("unavailable", _RETRY_AFTER),
+                    "401": problem("missing or unknown API key"),
+                    "503": problem("unavailable", RETRY_AFTER),
                 },
             }
         },
@@ -130,27 +142,33 @@ def tenant_paths() -> dict[str, Any]:
             "post": {
                 "operationId": "adminCreateTenant",
                 "security": admin,
-                "requestBody": _body({
+                "requestBody": json_request({
                     "type": "object", "required": ["tenant"], "additionalProperties": False,
                     "properties": {"tenant": {"type": "string",
                                               "pattern": "^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"},
                                    "weight": _WEIGHT, "running_caps": _CAPS},
                 }),
                 "responses": {**_ok("created", "Tenant", "201"), **_BODY_ERRORS,
-                              **_ADMIN_ERRORS, "409": _problem("tenant_exists")},
+                              **_ADMIN_ERRORS, "409": problem("tenant_exists")},
             },
             "get": {
                 "operationId": "adminListTenants",
                 "security": admin,
+                "description": "Every tenant the gateway knows, by name: created ones (admin "
+                "API, `splatq tenants create`) and those named in SPLATQ_API_KEYS, a page at a "
+                "time; follow next_cursor until it is null.",
+                "parameters": [
+                    {"name": "limit", "in": "query", "required": False,
+                     "schema": {"type": "integer", "minimum": 1, "maximum": MAX_LIMIT,
+                                "default": DEFAULT_LIMIT}},
+                    {"name": "cursor", "in": "query", "required": False,
+                     "schema": {"type": "string", "minLength": 1, "maxLength": 512,
+                                "pattern": CURSOR_PATTERN},
+                     "description": "the previous page's next_cursor (another value: 400)"},
+                ],
                 "responses": {
-                    "200": {"description": "every tenant created in Redis", "content": {
-                        "application/json": {"schema": {
-                            "type": "object", "required": ["tenants"],
-                            "properties": {"tenants": {"type": "array", "items": {
-                                "type": "object", "required": ["tenant"],
-                                "properties": {"tenant": {"type": "string"},
-                                               "created_at": _TIME_OR_NULL}}}},
-                        }}}},
+                    **ok("a page of tenants", _TENANT_PAGE, headers=NO_STORE_HEADER),
+                    "400": problem("invalid_request: bad limit or cursor"),
                     **_ADMIN_ERRORS,
                 },
             },
@@ -166,7 +184,7 @@ def tenant_paths() -> dict[str, Any]:
                 "operationId": "adminUpdateTenant",
                 "security": admin,
                 "parameters": [_TENANT],
-                "requestBody": _body({
+                "requestBody": json_request({
                     "type": "object", "additionalProperties": False,
                     "properties": {"weight": _WEIGHT, "running_caps": _CAPS},
                 }),
@@ -182,16 +200,19 @@ def tenant_paths() -> dict[str, Any]:
                 "SHA-256). With `rotate`, that key stops working after `grace_seconds` "
                 "(default 0), in the same step.",
                 "parameters": [_TENANT],
-                "requestBody": _body({
+                "requestBody": json_request({
                     "type": "object", "additionalProperties": False,
-                    "properties": {"label": {"type": "string", "maxLength": 100},
-                                   "rotate": {"type": "string", "maxLength": 64},
+                    "properties": {"label": {"type": "string", "maxLength": 100,
+                                            "description": "printable text (no control, "
+                                            "format or unassigned characters), else 400"},
+                                   "rotate": {"type": "string", "pattern": f"^{KEY_ID_PATTERN}$",
+                                              "description": "the key id to retire"},
                                    "grace_seconds": {"type": "integer", "minimum": 0,
                                                      "maximum": 2592000}},
                 }),
                 "responses": {**_ok("the new key", "ApiKey", "201"), **_BODY_ERRORS,
                               **_ADMIN_ERRORS,
-                              "404": _problem("not_found: no such tenant, or no such key to "
+                              "404": problem("not_found: no such tenant, or no such key to "
                                               "rotate")},
             },
             "get": {
@@ -215,7 +236,7 @@ def tenant_paths() -> dict[str, Any]:
                 "description": "Revoke a key: every gateway refuses it at once.",
                 "parameters": [_TENANT, _KEY_ID],
                 "responses": {"204": {"description": "revoked"}, **_ADMIN_ERRORS,
-                              "404": _problem("not_found: no such key")},
+                              "404": problem("not_found: no such key")},
             },
         },
         base + "/{tenant}/quota": {
@@ -230,7 +251,7 @@ def tenant_paths() -> dict[str, Any]:
                 "operationId": "adminSetQuota",
                 "security": admin,
                 "parameters": [_TENANT],
-                "requestBody": _body({
+                "requestBody": json_request({
                     "type": "object", "required": ["gpu_seconds"], "additionalProperties": False,
                     "properties": {"gpu_seconds": {"type": ["number", "null"], "minimum": 0,
                                                    "exclusiveMaximum": 1e12},

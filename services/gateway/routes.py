@@ -49,7 +49,12 @@ from splatq.services.gateway.images import (
 from splatq.services.gateway.openapi import openapi_document
 from splatq.services.gateway.problems import ApiError, invalid_request, not_found
 from splatq.services.gateway.server import NO_STORE
-from splatq.services.gateway.submission import Submission, idempotency_key, read_submission
+from splatq.services.gateway.submission import (
+    Submission,
+    idempotency_key,
+    prefer_headers,
+    read_submission,
+)
 from splatq.services.gateway.tenant_policies import TENANT_POLICIES
 from splatq.services.gateway.views import job_view, rfc3339, valid_stream_id
 from splatq.services.gateway.waiting import preferred_wait, wait_until_finished
@@ -139,6 +144,7 @@ async def submit_job(request: web.Request) -> web.Response:
         counter.labels("rate_limited").inc()
         raise _rate_limited(retry_ms, "submissions")
     idem_header = idempotency_key(request)
+    prefer = prefer_headers(request)
     submission = await read_submission(
         request,
         settings.max_upload_bytes,
@@ -190,7 +196,7 @@ async def submit_job(request: web.Request) -> web.Response:
     if created and idem_header and params.cache:
         await _claim_content(queue, tenant, content_key, job.id, policy)
     await _confirm_replicated(request, queue, job.id)
-    wait_s = preferred_wait(request.headers.getall("Prefer", []), settings.prefer_wait_max_s)
+    wait_s = preferred_wait(prefer, settings.prefer_wait_max_s)
     if wait_s and response.status == 202:
         return await _answer_after_wait(request, tenant, job.id, wait_s, response)
     return response
@@ -584,8 +590,11 @@ async def job_events(request: web.Request) -> web.StreamResponse:
     after the terminal event. Open streams are capped per tenant and per process (429)."""
     tenant = await authenticate(request)
     job = await _owned_job(request, tenant)
-    after = request.headers.get("Last-Event-ID") or request.query.get("last_event_id") or "0-0"
-    if not valid_stream_id(after):
+    # Sent but empty is malformed too (the document's pattern), not "from the start"; the
+    # header wins over the query parameter, and each one sent must be an event id.
+    sent = [request.headers.get("Last-Event-ID"), request.query.get("last_event_id")]
+    after = next((v for v in sent if v is not None), "0-0")
+    if not all(valid_stream_id(v) for v in sent if v is not None):
         raise ApiError(
             400,
             "invalid_request",

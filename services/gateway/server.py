@@ -29,7 +29,8 @@ from aiohttp import web
 from aiohttp.web_protocol import RequestHandler
 from multidict import CIMultiDict
 
-from splatq.services.gateway.problems import ApiError, problem_bytes
+from splatq.services.gateway.http_errors import parse_error_problem
+from splatq.services.gateway.problems import ApiError, problem_bytes, problem_response
 
 SERVER_NAME = "splatq"
 NO_STORE = {"Cache-Control": "no-store"}
@@ -122,7 +123,11 @@ class GatewayRequestHandler(RequestHandler):
         exc: BaseException | None = None,
         message: str | None = None,
     ) -> web.StreamResponse:
-        response = super().handle_error(request, status, exc, message)
+        # The parent logs the error (and raises if a response was already under way); its
+        # text/plain answer is replaced by the same status as problem+json.
+        super().handle_error(request, status, exc, message)
+        response = problem_response(parse_error_problem(status, message))
+        response.force_close()
         stamp(response.headers)
         return response
 

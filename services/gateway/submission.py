@@ -28,8 +28,15 @@ QUALITIES = ("preview", "full")
 MAX_METADATA_BYTES = 4096
 MAX_URL_LENGTH = 2048
 MAX_IDEMPOTENCY_KEY = 255
+MAX_PREFER_LENGTH = 64
 _IDEMPOTENCY_KEY_RE = re.compile(r"[\x21-\x7e]{1,255}")  # visible ASCII, no spaces
-_DATA_URL_RE = re.compile(r"^data:([\w.+-]+/[\w.+-]+)?(;[\w-]+=[\w.-]+)*;base64,", re.ASCII)
+_DATA_URL = r"data:([A-Za-z0-9_.+-]+/[A-Za-z0-9_.+-]+)?(;[A-Za-z0-9_-]+=[A-Za-z0-9_.-]+)*;base64,"
+_BASE64 = r"([A-Za-z0-9+/]{4})*([A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?"
+# The JSON `image`: padded standard base64, optionally behind a data: URL. The OpenAPI
+# document declares this very pattern; the parser checks it before decoding.
+BASE64_IMAGE_PATTERN = f"^({_DATA_URL})?{_BASE64}$"
+_BASE64_IMAGE_RE = re.compile(BASE64_IMAGE_PATTERN)
+_DATA_URL_RE = re.compile(_DATA_URL)
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,9 +93,7 @@ def parse_params(raw: Any, allow_private_webhooks: bool = False) -> Params:
     quality = raw.get("quality", "full")
     if quality not in QUALITIES:
         raise invalid_request(f"quality must be one of {list(QUALITIES)}, got {quality!r}")
-    webhook_url = raw.get("webhook_url") or ""
-    if webhook_url:
-        check_webhook_url(webhook_url, allow_private_webhooks)
+    webhook_url = _webhook_url(raw.get("webhook_url"), allow_private_webhooks)
     events = raw.get("webhook_events", [])
     names = {e.value for e in EventType}
     if not isinstance(events, list) or not all(isinstance(e, str) for e in events):
@@ -119,6 +124,15 @@ def parse_params(raw: Any, allow_private_webhooks: bool = False) -> Params:
     )
 
 
+def _webhook_url(raw: Any, allow_private: bool) -> str:
+    """The params' webhook_url: null, "" or absent is none; a string is checked."""
+    if raw is None or raw == "":
+        return ""
+    if not isinstance(raw, str):
+        raise invalid_request("webhook_url must be a string (or null)")
+    return check_webhook_url(raw, allow_private)
+
+
 def check_webhook_url(url: Any, allow_private: bool, field: str = "webhook_url") -> str:
     """The SSRF guard's registration-time check (https only, public hosts only, unless
     SPLATQ_WEBHOOK_ALLOW_PRIVATE); the dispatcher checks every address again at connect."""
@@ -132,12 +146,25 @@ def check_webhook_url(url: Any, allow_private: bool, field: str = "webhook_url")
 
 
 def idempotency_key(request: web.Request) -> str:
-    key = request.headers.get("Idempotency-Key", "")
-    if key and not _IDEMPOTENCY_KEY_RE.fullmatch(key):
+    """The Idempotency-Key header, "" when absent; present but empty (or not visible ASCII)
+    is a 400, as the OpenAPI document declares (minLength 1)."""
+    if "Idempotency-Key" not in request.headers:
+        return ""
+    key = request.headers["Idempotency-Key"]
+    if not _IDEMPOTENCY_KEY_RE.fullmatch(key):
         raise invalid_request(
             f"Idempotency-Key must be 1-{MAX_IDEMPOTENCY_KEY} visible ASCII characters"
         )
     return key
+
+
+def prefer_headers(request: web.Request) -> list[str]:
+    """The Prefer header values; one longer than MAX_PREFER_LENGTH is a 400 (the document's
+    maxLength), not a preference silently ignored."""
+    values = request.headers.getall("Prefer", [])
+    if any(len(v) > MAX_PREFER_LENGTH for v in values):
+        raise invalid_request(f"Prefer must be at most {MAX_PREFER_LENGTH} characters")
+    return values
 
 
 async def read_submission(
@@ -163,11 +190,11 @@ async def read_submission(
             raise invalid_request(f"body is not valid JSON: {exc}") from None
         if not isinstance(doc, dict):
             raise invalid_request("body must be a JSON object")
+        if "image" in doc and "image_url" in doc:
+            raise invalid_request("send either image or image_url, not both")
         image = doc.pop("image", None)
-        image_url = doc.pop("image_url", None)
-        if image_url is not None:
-            if image is not None:
-                raise invalid_request("send either image or image_url, not both")
+        if "image_url" in doc:
+            image_url = doc.pop("image_url")
             if not isinstance(image_url, str) or not image_url:
                 raise invalid_request("image_url must be a non-empty string")
             return Submission(b"", parse_params(doc, allow_private_webhooks), image_url)
@@ -255,6 +282,8 @@ def _form_text(data: bytes, name: str) -> str:
 
 
 def _decode_base64_image(value: str) -> bytes:
+    if not _BASE64_IMAGE_RE.fullmatch(value):
+        raise invalid_request("image is not valid base64 (padded, standard alphabet)")
     match = _DATA_URL_RE.match(value)
     payload = value[match.end() :] if match else value
     try:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import time
 
+from splatq.services.gateway.digits import is_digits
 from splatq.shared.engine.events import TERMINAL_EVENTS
 from splatq.shared.engine.queue import JobQueue
 
@@ -29,7 +30,7 @@ def preferred_wait(header_values: list[str], max_s: int = MAX_WAIT_S) -> int | N
             if not sep:
                 return max_s
             value = value.strip().strip('"')
-            if not value.isdigit() or len(value) > 6:
+            if not is_digits(value) or len(value) > 6:
                 return None
             return min(int(value), max_s)
     return None

@@ -19,6 +19,11 @@ def new_api_key() -> str:
     return KEY_PREFIX + secrets.token_urlsafe(32)
 
 
+# What `new_key_id` makes: the admin API refuses any other `rotate`, and the OpenAPI document
+# declares the same pattern.
+KEY_ID_PATTERN = "key_[0-9A-Z]{26}"
+
+
 def new_key_id() -> str:
     return f"key_{ulid()}"
 

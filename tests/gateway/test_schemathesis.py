@@ -1,5 +1,8 @@
 """Schemathesis against /openapi.json: a real gateway process on loopback HTTP answers every
 generated request with a documented status, content type, headers and body, and never a 5xx.
+The last test is the whole of it as an integrator runs it: the `st` CLI with every check and
+every phase, stateful included, bounded in time, with zero failures; the refusals no schema
+can state are listed, each with its reason, in tests/gateway/schemathesis_hooks.py.
 
 The gateway runs as `python -m splatq.services.gateway` (a subprocess on a free port, on the
 session's redis-server): schemathesis calls are synchronous `requests`, so the server must
@@ -36,6 +39,7 @@ from tests.gateway.conftest import AUTH_A, KEY_A, KEY_B
 from tests.gateway.corpus import valid_png
 
 START_TIMEOUT_S = 30.0
+ADMIN_KEY = "schemathesis-admin-key"
 DOC_BASE_URL = "http://127.0.0.1:8080"  # only `servers`; requests go to `gateway_url`
 # Every call has a read timeout: a response that never ends (an SSE stream on a live job)
 # fails its case instead of hanging the suite.
@@ -70,6 +74,7 @@ def gateway_url(
         "SPLATQ_RATE_LIMIT_PER_S": "100000",
         "SPLATQ_RATE_LIMIT_BURST": "100000",
         "SPLATQ_LOG_LEVEL": "warning",
+        "SPLATQ_ADMIN_API_KEY": ADMIN_KEY,  # tests/gateway/schemathesis.toml sends it
         # Generated `Prefer: wait` and `image_url` values must not hold a request for long:
         # no worker runs here, and no outside address answers.
         "SPLATQ_PREFER_WAIT_MAX_S": str(PREFER_WAIT_MAX_S),
@@ -230,3 +235,45 @@ def test_operations_on_an_existing_endpoint_conform_to_the_openapi_document(
     case.call_and_validate(
         base_url=gateway_url, headers=dict(AUTH_A), checks=CHECKS, timeout=REQUEST_TIMEOUT_S
     )
+
+
+# The full run: time-bounded (each phase stops when the budget is spent) on a shared 2-core
+# machine; the seed makes the generated cases repeatable where the budget allows.
+FULL_RUN_MAX_TIME_S = 150
+FULL_RUN_CONFIG = Path(__file__).with_name("schemathesis.toml")
+PHASES = ("Examples", "Coverage", "Fuzzing", "Stateful")
+
+
+@pytest.mark.timeout(FULL_RUN_MAX_TIME_S + 330)  # past the subprocess' own timeout
+def test_all_checks_and_the_stateful_phase_find_nothing(gateway_url: str) -> None:
+    """`st run --checks all` with every phase against the live gateway: zero failures and
+    zero errors. Runs last: its admin calls change tenants' quotas and keys."""
+    st = Path(sys.executable).with_name("st")
+    command = [
+        str(st), "--config-file", str(FULL_RUN_CONFIG), "run", f"{gateway_url}/openapi.json",
+        "-H", f"Authorization: Bearer {KEY_A}",
+        "--checks", "all",
+        # Replaced by their wrappers in schemathesis_hooks.py (the same checks, less the
+        # documented refusals listed there with their reasons).
+        "--exclude-checks", "positive_data_acceptance,ensure_resource_availability",
+        "--phases", "examples,coverage,fuzzing,stateful",
+        "--max-time", str(FULL_RUN_MAX_TIME_S), "--max-examples", "20", "--seed", "28",
+        "--request-timeout", str(REQUEST_TIMEOUT_S), "--workers", "1",
+        "--suppress-health-check", "all",
+    ]  # fmt: skip
+    env = {
+        **os.environ,
+        "SCHEMATHESIS_HOOKS": "tests.gateway.schemathesis_hooks",
+        "PYTHONPATH": str(REPO_ROOT),
+        "NO_COLOR": "1",
+    }
+    done = subprocess.run(
+        command, cwd=REPO_ROOT, env=env, capture_output=True, text=True, check=False,
+        timeout=FULL_RUN_MAX_TIME_S + 300,
+    )  # fmt: skip
+    output = done.stdout + done.stderr
+    # The failures first (the warnings and summary after them are long).
+    assert done.returncode == 0, output[output.find("= FAILURES =") :][:30_000] or output
+    for phase in PHASES:
+        assert f"✅ {phase}" in output, output[-30_000:]
+    assert "Stateful" in output

@@ -14,8 +14,11 @@ local reset = tonumber(day and ARGV[5] or ARGV[6])
 local limit = tonumber(q[1])
 local u = redis.call('HMGET', usage, 'reserved_ms', 'used_ms')
 local reserved, used = tonumber(u[1]) or 0, tonumber(u[2]) or 0
+-- Integers as digits: tostring() writes a number past 1e14 (a quota the admin API accepts,
+-- up to 1e12 GPU-seconds = 1e15 ms) as "8.6e+14", which no integer parser reads.
+local function int(n) return string.format('%.0f', n) end
 local function answer(outcome)
-  return {outcome, tostring(limit or -1), tostring(reserved), tostring(used), tostring(reset), pid}
+  return {outcome, int(limit or -1), int(reserved), int(used), int(reset), pid}
 end
 if redis.call('HEXISTS', KEYS[3], 'reserve') == 1 then return answer('exists') end
 local amount = tonumber(ARGV[2])

@@ -1,0 +1,384 @@
+"""The jobs part of the OpenAPI document: submit (both encodings, typed), list, get, cancel,
+artifacts, the event stream (SSE, each event modelled) and the delivery log; the Job schema.
+
+A generated client must be able to submit from this alone: each encoding is one object schema
+(never a top-level `oneOf`); the image / `image_url` rule is stated in words and, for
+validators, in `if`/`then` and `dependentSchemas` that generators ignore.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from splatq.services.gateway import listing
+from splatq.services.gateway.openapi_common import (
+    HTTP_URL_PATTERN,
+    HTTPS_URL_PATTERN,
+    REQUEST_TIMEOUT,
+    RETRY_AFTER,
+    UNAUTHORIZED,
+    UNAVAILABLE,
+    ZONED_TIME,
+    nullable,
+    ok,
+    problem,
+    ref,
+)
+from splatq.services.gateway.openapi_events import JOB_EXAMPLE, STREAM_ID
+from splatq.services.gateway.openapi_stages import (
+    JOB_PROPERTIES,
+    PROGRESSIVE_DESCRIPTION,
+    QUICK_VARIANT_DESCRIPTION,
+)
+from splatq.services.gateway.submission import (
+    BASE64_IMAGE_PATTERN,
+    MAX_IDEMPOTENCY_KEY,
+    MAX_METADATA_BYTES,
+    MAX_PREFER_LENGTH,
+    MAX_URL_LENGTH,
+)
+from splatq.shared.storage.store import ARTIFACTS, QUICK_VARIANT
+
+# A real 1x1 PNG: the example replays as an accepted submission.
+PNG_1X1_DATA_URL = (
+    "data:image/png;base64,"
+    "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAIAAACQd1PeAAAADElEQVR42mM4UaEBAAN0AWn1BwN7AAAAAElFTkSuQmCC"
+)
+_JOB_ID = {
+    "name": "job_id", "in": "path", "required": True,
+    "schema": {"type": "string", "maxLength": 64},
+}  # fmt: skip
+_JOB = {"application/json": {"schema": ref("Job")}}
+_COMMON = {"401": UNAUTHORIZED, "404": problem("no such job (or another tenant's)"),
+           "503": UNAVAILABLE}  # fmt: skip
+_IMAGE_URL = {
+    "type": "string",
+    "minLength": 1,
+    "maxLength": MAX_URL_LENGTH,
+    "format": "uri",
+    "pattern": HTTP_URL_PATTERN,
+    "description": "http(s) URL of the image, fetched through the SSRF guard (in place of "
+    "`image`; a URL its parsers read differently, or with an invalid host name, is a 400; "
+    "422 image_url_forbidden, image_url_unreachable, image_url_too_large)",
+}
+# Exactly one of image / image_url: validators read these, generators ignore them. JSON only:
+# beside a binary property (multipart) a `not` crashes schemathesis' coverage phase.
+_ONE_INPUT: dict[str, Any] = {
+    "if": {"not": {"required": ["image"]}},
+    "then": {"required": ["image_url"]},
+    "dependentSchemas": {"image": {"not": {"required": ["image_url"]}}},
+}
+_RULE = "Send exactly one of `image` and `image_url` (400 invalid_request otherwise)."
+
+PARAM_PROPERTIES: dict[str, Any] = {
+    "quality": {**ref("Quality"), "default": "full"},
+    "webhook_url": {"type": ["string", "null"], "maxLength": MAX_URL_LENGTH,
+                    "pattern": f"^$|{HTTPS_URL_PATTERN}",
+                    "description": "https URL to POST this job's events to, signed with the "
+                    "tenant's secret; checked by the SSRF guard (public hosts only, else 400); "
+                    "empty or null: none"},
+    "webhook_events": {"type": "array", "items": ref("EventName"),
+                       "description": "the events sent to webhook_url; empty: every event"},
+    "metadata": {"type": ["object", "null"],
+                 "description": f"echoed in the job and its events; at most "
+                 f"{MAX_METADATA_BYTES} bytes as JSON"},
+    "cache": {"type": "boolean", "default": True,
+              "description": "answer an identical completed job from the cache"},
+    "progressive": {"type": "boolean", "default": False, "description": PROGRESSIVE_DESCRIPTION},
+}  # fmt: skip
+
+SCHEMAS: dict[str, Any] = {
+    "JobParams": {
+        "type": "object",
+        "additionalProperties": False,
+        "description": "The job's parameters (the multipart `params` part, as JSON).",
+        "properties": PARAM_PROPERTIES,
+    },
+    "SubmitJobJson": {
+        "type": "object",
+        "additionalProperties": False,
+        "description": f"A submission as JSON. {_RULE}",
+        "properties": {
+            "image": {
+                "type": "string",
+                "minLength": 1,
+                "pattern": BASE64_IMAGE_PATTERN,
+                "description": "the image as base64, or a data: URL of it",
+            },
+            "image_url": _IMAGE_URL,
+            **PARAM_PROPERTIES,
+        },
+        **_ONE_INPUT,
+    },
+    "SubmitJobForm": {
+        "type": "object",
+        "additionalProperties": False,
+        "description": f"A submission as multipart/form-data. {_RULE}",
+        "properties": {
+            "image": {"type": "string", "format": "binary", "description": "the image file"},
+            "image_url": _IMAGE_URL,
+            "params": ref("JobParams"),
+        },
+    },
+    "JobError": {
+        "type": "object",
+        "required": ["code", "message", "retryable"],
+        "properties": {
+            "code": {"type": "string"},
+            "message": {"type": "string"},
+            "retryable": {"type": "boolean"},
+        },
+    },
+    "ArtifactUrls": {
+        "type": "object",
+        "properties": {name: {"type": "string"} for name in ARTIFACTS},
+    },
+    "JobPage": {
+        "type": "object",
+        "required": ["items", "next_cursor", "next"],
+        "properties": {
+            "items": {"type": "array", "items": ref("Job")},
+            "next_cursor": {"type": ["string", "null"]},
+            "next": {"type": ["string", "null"], "description": "the next page's URL"},
+        },
+    },
+}
+
+_SUBMIT_RESPONSES: dict[str, Any] = {
+    "202": {"description": "accepted (queued, or joined an identical in-flight job)",
+            "content": _JOB,
+            "headers": {"Location": {"schema": {"type": "string"}},
+                        "Preference-Applied": {"schema": {"type": "string"},
+                                               "description": "wait=N: the job did not end "
+                                               "within it"}}},
+    "200": {"description": "an identical completed job (cached: true), a repeat of a "
+            "completed keyed request, or (`Prefer: wait`) a job that ended within the wait",
+            "content": _JOB,
+            "headers": {"Location": {"schema": {"type": "string"}},
+                        "Preference-Applied": {"schema": {"type": "string"}}}},
+    "400": problem("invalid_request: bad JSON, unknown or invalid param, neither or both of "
+                   "image and image_url, a bad header"),
+    "401": UNAUTHORIZED,
+    "408": REQUEST_TIMEOUT,
+    "413": problem("payload_too_large"),
+    "415": problem("unsupported_media_type"),
+    "422": problem("invalid_image, image_too_large, image_too_complex, idempotency_key_reused, "
+                   "image_url_forbidden, image_url_unreachable or image_url_too_large"),
+    "429": problem("rate_limited, too_many_decodes (the API key already has "
+                   "SPLATQ_DECODE_CONCURRENCY_PER_TENANT uploads being decoded), "
+                   "too_many_fetches (as many image_url fetches in flight), tenant_backlog_full, "
+                   "or quota_exceeded (the tenant's GPU quota cannot hold the job's estimate; "
+                   "Retry-After and `resets_at` say when the period resets)", RETRY_AFTER),
+    "503": problem("overloaded (the queue is full), not_replicated, or unavailable (Redis or "
+                   "storage unreachable)", RETRY_AFTER),
+}  # fmt: skip
+
+
+def _submit(max_wait_s: int) -> dict[str, Any]:
+    prefer = {
+        "name": "Prefer", "in": "header", "required": False,
+        "schema": {"type": "string", "maxLength": MAX_PREFER_LENGTH},
+        "description": f"`wait=N` (RFC 7240, as Replicate): answer 200 with the job if it ends "
+        f"within N seconds (at most {max_wait_s}; `wait` alone waits that long), else the usual "
+        f"202; `Preference-Applied` says so. Longer than {MAX_PREFER_LENGTH} characters: 400.",
+        "examples": {"wait": {"value": "wait=30"}},
+    }  # fmt: skip
+    idempotency = {
+        "name": "Idempotency-Key", "in": "header", "required": False,
+        "schema": {"type": "string", "minLength": 1, "maxLength": MAX_IDEMPOTENCY_KEY,
+                   "pattern": "^[\\x21-\\x7e]+$"},
+        "description": "visible ASCII, no spaces (else, or empty, 400 invalid_request); same "
+        "key + same request -> same job for 24 h; same key + different request -> 422 "
+        "idempotency_key_reused",
+    }  # fmt: skip
+    examples = {
+        "image_url": {"summary": "input by URL",
+                      "value": {"image_url": "https://images.example.com/chair.png",
+                                "quality": "preview", "metadata": {"order": "A-1042"}}},
+        "base64": {"summary": "inline image (a data: URL of a 1x1 PNG)",
+                   "value": {"image": PNG_1X1_DATA_URL, "quality": "preview",
+                             "webhook_url": "https://hooks.example.com/splatq",
+                             "webhook_events": ["3d_reconstruction.completed"]}},
+    }  # fmt: skip
+    return {
+        "operationId": "submitJob",
+        "description": f"{_RULE} Multipart: an `image` file part (or an `image_url` text part) "
+        "and an optional `params` part, a JSON object. JSON: the image as base64 (or a data: "
+        "URL) in `image`, or `image_url`, with the params as members.",
+        "parameters": [prefer, idempotency],
+        "requestBody": {
+            "required": True,
+            "content": {
+                "multipart/form-data": {
+                    "schema": ref("SubmitJobForm"),
+                    "encoding": {"params": {"contentType": "application/json"}},
+                },
+                "application/json": {"schema": ref("SubmitJobJson"), "examples": examples},
+            },
+        },
+        "responses": _SUBMIT_RESPONSES,
+    }
+
+
+def _list_jobs() -> dict[str, Any]:
+    return {
+        "operationId": "listJobs",
+        "description": "The caller's jobs, newest first. A page examines a bounded number of "
+        "the tenant's jobs (4 per item of `limit`, at least 32), so with a status filter it may "
+        "come back short (even empty) with a next_cursor: follow it until it is null. Listings "
+        "have a per-tenant rate limit of their own (429 rate_limited).",
+        "parameters": [
+            {"name": "status", "in": "query", "required": False, "style": "form",
+             "explode": True, "schema": {"type": "array", "items": ref("JobStatus")},
+             "description": "jobs in any of these statuses; repeat the parameter (a value "
+             "separated with commas is read the same way)"},
+            {"name": "created_since", "in": "query", "required": False, "schema": ZONED_TIME,
+             "description": "created at or after (RFC 3339 with a zone)"},
+            {"name": "created_until", "in": "query", "required": False, "schema": ZONED_TIME,
+             "description": "created before (RFC 3339 with a zone)"},
+            {"name": "limit", "in": "query", "required": False,
+             "schema": {"type": "integer", "minimum": 1, "maximum": listing.MAX_LIMIT,
+                        "default": listing.DEFAULT_LIMIT}},
+            {"name": "cursor", "in": "query", "required": False,
+             "schema": {"type": "string", "minLength": 1, "maxLength": 512,
+                        "pattern": "^[A-Za-z0-9_-]+$"},
+             "description": "the previous page's next_cursor, with the same filters (a value "
+             "this API did not return, or made for other filters, is refused: 400)"},
+        ],
+        "responses": {
+            "200": {"description": "a page of jobs",
+                    "content": {"application/json": {"schema": ref("JobPage")}},
+                    "headers": {"Link": {"schema": {"type": "string"},
+                                         "description": '<next>; rel="next"'}}},
+            "400": problem("invalid_request: bad status, time, limit or cursor"),
+            "401": UNAUTHORIZED,
+            "429": problem("rate_limited: this API key's listings are over "
+                           "SPLATQ_LIST_RATE_LIMIT_PER_S (burst SPLATQ_LIST_RATE_LIMIT_BURST)",
+                           RETRY_AFTER),
+            "503": UNAVAILABLE,
+        },
+    }  # fmt: skip
+
+
+def _artifact() -> dict[str, Any]:
+    binary = {"schema": {"type": "string", "format": "binary"}}
+    return {
+        "operationId": "getArtifact",
+        "parameters": [
+            _JOB_ID,
+            {"name": "name", "in": "path", "required": True,
+             "schema": {"type": "string", "enum": list(ARTIFACTS)}},
+            {"name": "variant", "in": "query", "required": False,
+             "schema": {"type": "string", "enum": [QUICK_VARIANT]},
+             "description": QUICK_VARIANT_DESCRIPTION},
+        ],
+        "responses": {
+            "200": {"description": "the artifact's bytes",
+                    "content": {"application/octet-stream": binary, "image/png": binary}},
+            "302": {"description": "redirect to a presigned object-storage URL",
+                    "headers": {"Location": {"schema": {"type": "string"}}}},
+            "400": problem("invalid_request: an unknown `variant`"),
+            "409": problem("not_ready: the job is not completed (with `variant=quick`: its "
+                           "quick result is not ready yet)"),
+            **_COMMON,
+            "404": problem("no such job (or another tenant's) or artifact; with "
+                           "`variant=quick`, a job with no quick result (not progressive, or "
+                           "ended without one)"),
+        },
+    }  # fmt: skip
+
+
+def _events() -> dict[str, Any]:
+    event_id = {"type": "string", "pattern": STREAM_ID}
+    return {
+        "operationId": "jobEvents",
+        "description": "Server-Sent Events: `id:` (resume with Last-Event-ID), `event:` (an "
+        "event name) and `data:` (the webhook payload, one of the event schemas). The stream "
+        "ends after the terminal event; `: keep-alive` comments in between. Open streams are "
+        "capped per API key and per gateway (429 too_many_streams). Each event is described by "
+        "the media type's `itemSchema` (OpenAPI 3.2's keyword for one item of a stream); a "
+        "client generated from OpenAPI 3.1 tooling reads the whole stream as one body, so it "
+        "returns only after the job ended: read events one by one with an SSE client (the "
+        "Python client's `events()`, or any EventSource).",
+        "parameters": [
+            _JOB_ID,
+            {"name": "Last-Event-ID", "in": "header", "required": False, "schema": event_id,
+             "description": "resume after this event (an `id:` of this stream)"},
+            {"name": "last_event_id", "in": "query", "required": False, "schema": event_id,
+             "description": "the same, for clients that cannot set headers; the header wins "
+             "when both are sent"},
+        ],
+        "responses": {
+            "200": {"description": "event stream",
+                    "content": {"text/event-stream": {"itemSchema": ref("JobStreamEvent")}}},
+            "400": problem("invalid_request: malformed Last-Event-ID"),
+            "429": problem("too_many_streams: the API key's (SPLATQ_SSE_MAX_STREAMS_PER_TENANT)"
+                           " or the gateway's (SPLATQ_SSE_MAX_STREAMS) open streams are at "
+                           "their cap", RETRY_AFTER),
+            **_COMMON,
+        },
+    }  # fmt: skip
+
+
+def job_paths(max_wait_s: int) -> dict[str, Any]:
+    deliveries = {"type": "object", "required": ["job_id", "deliveries"],
+                  "properties": {"job_id": {"type": "string"},
+                                 "deliveries": {"type": "array",
+                                                "items": ref("DeliveryAttempt")}}}  # fmt: skip
+    return {
+        "/v1/jobs": {"post": _submit(max_wait_s), "get": _list_jobs()},
+        "/v1/jobs/{job_id}": {
+            "get": {"operationId": "getJob", "parameters": [_JOB_ID],
+                    "responses": {"200": {"description": "the job", "content": _JOB},
+                                  **_COMMON}},
+        },
+        "/v1/jobs/{job_id}/cancel": {
+            "post": {"operationId": "cancelJob", "parameters": [_JOB_ID],
+                     "responses": {"202": {"description": "canceled, or processing until the "
+                                           "worker stops", "content": _JOB},
+                                   "409": problem("already_finished"), **_COMMON}},
+        },
+        "/v1/jobs/{job_id}/artifacts/{name}": {"get": _artifact()},
+        "/v1/jobs/{job_id}/events": {"get": _events()},
+        "/v1/jobs/{job_id}/deliveries": {
+            "get": {"operationId": "jobDeliveries",
+                    "description": "Webhook delivery attempts for this job, oldest first.",
+                    "parameters": [_JOB_ID],
+                    "responses": {**ok("the attempts", deliveries), **_COMMON}},
+        },
+    }  # fmt: skip
+
+
+_TIME = {"type": "string", "format": "date-time"}
+JOB_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "required": ["id", "status", "quality", "stream", "created_at", "attempts", "progress",
+                 "current_stage", "stages", "cached", "error", "artifacts", "metadata", "urls"],
+    "properties": {
+        "id": {"type": "string", "pattern": "^job_[0-9]{3}[0-9A-Z]{26}$"},
+        "status": ref("JobStatus"),
+        "quality": ref("Quality"),
+        "stream": ref("JobStream"),
+        "created_at": _TIME,
+        "started_at": {"type": ["string", "null"], "format": "date-time"},
+        "completed_at": {"type": ["string", "null"], "format": "date-time"},
+        "attempts": {"type": "integer", "minimum": 0},
+        "deliveries": {"type": "integer", "minimum": 0,
+                       "description": "times a worker took the job (released ones not counted)"},
+        "delivery_charge": {"type": "number", "minimum": 0,
+                            "description": "worker deaths charged to the job: 1/k each when k "
+                            "jobs shared the dying worker; SPLATQ_MAX_DELIVERIES applies to it"},
+        "progress": {"type": "number", "minimum": 0, "maximum": 1},
+        "stage": {"type": "string"},
+        **JOB_PROPERTIES,
+        "cached": {"type": "boolean"},
+        "model": {"type": ["string", "null"]},
+        "compute_time_ms": {"type": ["integer", "null"]},
+        "error": nullable("JobError"),
+        "artifacts": nullable("ArtifactUrls"),
+        "metadata": {"type": "object"},
+        "urls": {"type": "object", "required": ["get", "cancel", "events"],
+                 "properties": {k: {"type": "string"} for k in ("get", "cancel", "events")}},
+    },
+    "examples": [JOB_EXAMPLE],
+}  # fmt: skip
