@@ -39,7 +39,7 @@ from tests.gateway.conftest import AUTH_A, KEY_A, KEY_B
 from tests.gateway.corpus import valid_png
 
 START_TIMEOUT_S = 30.0
-ADMIN_KEY = "schemathesis-admin-key"
+ADMIN_KEY = "schemathesis-admin-key-0123456789-abcdefXYZ"
 DOC_BASE_URL = "http://127.0.0.1:8080"  # only `servers`; requests go to `gateway_url`
 # Every call has a read timeout: a response that never ends (an SSE stream on a live job)
 # fails its case instead of hanging the suite.
