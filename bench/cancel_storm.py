@@ -9,8 +9,9 @@ One redis-server and one `splatq worker` process (this module's handler: return 
 N. A's jobs are enqueued and canceled before the worker starts (so they wait, as behind a
 busy fleet); B's job is enqueued once the worker has registered and gone idle (a blocking
 read). Everything else is the real path: enqueue.lua, cancel.lua, take.lua's fair feed.
-Also printed: the cancels' own rate (200 in flight); `--newest-first` cancels from the back
-of the queue, the worst case of the cancel's scan of the tenant's queue.
+Also printed: the cancels' own rate (200 in flight) and Redis's time per LREM (the cancel's
+scan of the tenant's queue); `--newest-first` cancels from the back of the queue, that
+scan's worst case.
 """
 
 from __future__ import annotations
@@ -60,9 +61,9 @@ async def _idle_worker_registered(client: Redis, stream_key: str, group: str) ->
 
 async def _one(
     canceled: int, concurrency: int, timeout_s: float, newest_first: bool
-) -> tuple[float, float]:
-    """B's wait in ms (or the timeout, as a floor) after `canceled` canceled waiting jobs, and
-    the cancels' rate (per second)."""
+) -> tuple[float, float, float]:
+    """B's wait in ms (or the timeout, as a floor) after `canceled` canceled waiting jobs, the
+    cancels' rate (per second) and Redis's time per LREM (µs)."""
     with tempfile.TemporaryDirectory() as tmp:
         server = RedisServer(Path(tmp), appendonly=False)
         await server.start()
@@ -88,6 +89,10 @@ async def _one(
             for start in range(0, canceled, BATCH):
                 await asyncio.gather(*(queue.cancel(i) for i in ids[start : start + BATCH]))
             cancel_rate = canceled / (time.perf_counter() - began)
+            # the withdrawal's scan of A's queue, as Redis timed it (commands run by scripts
+            # count too): microseconds per LREM
+            stats = await client.info("commandstats")
+            lrem_us = float(stats.get("cmdstat_lrem", {}).get("usec_per_call", 0.0))
             env = {
                 **os.environ,
                 "SPLATQ_REDIS_URL": server.url,
@@ -114,9 +119,9 @@ async def _one(
                 job = await queue.get(b.job_id)
                 assert job is not None
                 if job.started_at_ms:
-                    return float(job.started_at_ms - job.created_at_ms), cancel_rate
+                    return float(job.started_at_ms - job.created_at_ms), cancel_rate, lrem_us
                 await asyncio.sleep(0.005)
-            return timeout_s * 1000, cancel_rate
+            return timeout_s * 1000, cancel_rate, lrem_us
         finally:
             if worker is not None and worker.returncode is None:
                 worker.send_signal(signal.SIGTERM)
@@ -132,8 +137,8 @@ async def _one(
 async def run(args: argparse.Namespace) -> None:
     rows = []
     for n in args.canceled:
-        wait_ms, rate = await _one(n, args.concurrency, args.timeout_s, args.newest_first)
-        rows.append((n, wait_ms, rate))
+        wait_ms, rate, lrem_us = await _one(n, args.concurrency, args.timeout_s, args.newest_first)
+        rows.append((n, wait_ms, rate, lrem_us))
         print(f"{n:>6} canceled ({rate:,.0f}/s): B waited {wait_ms:,.0f} ms", flush=True)
     order = "newest first" if args.newest_first else "oldest first"
     print()
@@ -143,10 +148,13 @@ async def run(args: argparse.Namespace) -> None:
         f"Python {platform.python_version()}"
     )
     print()
-    print("| canceled waiting jobs of A | B's wait on an idle worker (ms) | cancels/s |")
-    print("|---:|---:|---:|")
-    for n, wait_ms, rate in rows:
-        print(f"| {n:,} | {wait_ms:,.0f} | {rate:,.0f} |")
+    print(
+        "| canceled waiting jobs of A | B's wait on an idle worker (ms) | cancels/s |"
+        " µs per LREM (in Redis) |"
+    )
+    print("|---:|---:|---:|---:|")
+    for n, wait_ms, rate, lrem_us in rows:
+        print(f"| {n:,} | {wait_ms:,.0f} | {rate:,.0f} | {lrem_us:,.1f} |")
 
 
 def main() -> None:
