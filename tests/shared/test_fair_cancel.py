@@ -235,3 +235,18 @@ async def test_a_canceled_redrive_leaves_the_redrive_flow(redis: Redis, queue: J
     assert [x.job.id for x in taken if x.job is not None] == [other]
     await complete(queue, taken)
     await assert_bookkeeping_clean(redis, queue)
+
+
+async def test_withdrawal_from_either_end_keeps_the_rest_in_order(
+    redis: Redis, queue: JobQueue
+) -> None:
+    """A cancel scans the tenant's queue from the end nearer its job: whichever end it picks,
+    exactly the canceled entries leave and the rest keep their order."""
+    ids = [(await queue.enqueue(preview("A", i))).job_id for i in range(40)]
+    # ids[0] is the one ready entry; 39 wait. Tail, head, middle, near either end:
+    order = [39, 1, 38, 20, 2, 30, 10, 35]
+    for i in order:
+        assert await queue.cancel(ids[i]) == "canceled"
+    left = await redis.lrange(queue.keys.fair_queue(0, INT, "A"), 0, -1)
+    assert left == [f"{j} 1" for n, j in enumerate(ids) if n > 0 and n not in order]
+    assert await redis.zcard(queue.keys.fair_waiting(0, INT)) == len(left)

@@ -159,15 +159,29 @@ end
 -- A waiting job leaves its flow's queue at once (a cancel), so the feed never meets it: a
 -- cancel storm costs the other tenants nothing. When that empties the queue, the flow leaves
 -- the ring with its deficit and settings, as fair_feed does for a queue it finds empty (its
--- running count stays; a flow parked at its cap is unparked: nothing of it waits). O(queue
--- length) for the LREM, bounded by the tenant's backlog share; O(ring) when it empties.
+-- running count stays; a flow parked at its cap is unparked: nothing of it waits). The LREM
+-- scans the queue from the end nearer the job (by enqueue time, against the head's and the
+-- tail's in `waiting`): O(distance from that end), bounded by the tenant's backlog share;
+-- O(ring) when the queue empties. Call it before fair_release (which leaves `waiting`).
 -- A job queued before `fq_flow`/`fq_cost` were recorded has neither: the feed drops its
 -- entry when it reaches it, at no cost to anyone's turn (see fair_feed).
 local function fair_withdraw(job_key, job_id, stream_name, flow, cost)
   if not flow or flow == '' or not cost or cost == '' then return end
   local base = fq_base(key_tag(job_key), stream_name)
   local q = base .. ':q:' .. flow
-  if redis.call('LREM', q, 1, job_id .. ' ' .. cost) == 0 then return end
+  local entry = job_id .. ' ' .. cost
+  local from = 1
+  local head, tail = redis.call('LINDEX', q, 0), redis.call('LINDEX', q, -1)
+  if tail == entry then
+    from = -1
+  elseif head and tail and head ~= entry then
+    local w = base .. ':waiting'
+    local t = tonumber(redis.call('ZSCORE', w, job_id))
+    local t_head = tonumber(redis.call('ZSCORE', w, string.match(head, '^%S+')))
+    local t_tail = tonumber(redis.call('ZSCORE', w, string.match(tail, '^%S+')))
+    if t and t_head and t_tail and t - t_head > t_tail - t then from = -1 end
+  end
+  if redis.call('LREM', q, from, entry) == 0 then return end
   if redis.call('LLEN', q) > 0 then return end
   redis.call('LREM', base .. ':ring', 1, flow)
   redis.call('HDEL', base .. ':state', 'a:' .. flow, 'd:' .. flow, 'w:' .. flow, 'c:' .. flow)
