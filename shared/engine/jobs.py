@@ -249,6 +249,7 @@ class JobOutcome:
 RESERVED_FIELDS = frozenset({
     "id", "status", "attempts", "deliveries", "entry_id", "claim_key", "lease_token",
     "tenant", "worker", "stream", "cancel_requested", "v", "current_stage", "last_commit",
+    "fq", "fq_flow", "fq_cost",
 })  # fmt: skip
 
 

@@ -19,6 +19,7 @@ from redis.asyncio import Redis
 from redis.exceptions import ResponseError
 
 from splatq.shared.engine import events
+from splatq.shared.engine.claims import Claim, answering, claim_partitions, is_live, parse_claim
 from splatq.shared.engine.events import EventType
 from splatq.shared.engine.fairness import TenantPolicy, home_partition
 from splatq.shared.engine.ids import is_job_id, new_event_id, new_job_id, new_trace_id, partition_of
@@ -290,6 +291,12 @@ class JobQueue:
             raise ValueError(f"{job_id} is not in the partition its job is routed to")
         job_id = job_id or new_job_id(partition)
         partition = partition_of(job_id)
+        if spec.idempotency_key:
+            # The key may be held where another route put it (the tenant's cap changed since):
+            # a live claim there answers; this partition's is checked by the script itself.
+            held = await self._claim_elsewhere(spec.tenant, spec.idempotency_key, partition)
+            if held is not None:
+                return EnqueueResult(job_id=held[1], created=False, claim_status=held[0])
         keys = [
             self.keys.job(job_id),
             self.keys.stream(partition, stream),
@@ -340,12 +347,34 @@ class JobQueue:
             raise RuntimeError(f"enqueue of {job_id} answered 'exists' but the job is gone")
         return EnqueueResult(job_id=job_id, created=True, job=job)
 
+    async def _claims(self, logical_key: str, places: Sequence[int]) -> dict[int, Claim | None]:
+        """What the claim key of `logical_key` holds in each of `places`, one round trip."""
+        digest = self.keys.digest(logical_key)
+        pipe = self.redis.pipeline(transaction=False)
+        for partition in places:
+            pipe.get(self.keys.idempotency(partition, digest))
+        replies = await pipe.execute()
+        return {p: parse_claim(raw) for p, raw in zip(places, replies, strict=True)}
+
+    async def _claim_elsewhere(self, tenant: str, logical_key: str, routed: int) -> Claim | None:
+        """A live claim of `logical_key` in a place it may live in (shared/engine/claims.py)
+        other than the partition it is routed to now, if any."""
+        places = [p for p in claim_partitions(self.keys, tenant, logical_key) if p != routed]
+        if not places:
+            return None
+        held = [c for c in (await self._claims(logical_key, places)).values() if is_live(c)]
+        return held[0] if held else None
+
     async def claim(
         self, logical_key: str, job_id: str, policy: TenantPolicy | None = None, tenant: str = ""
     ) -> ClaimResult:
-        """Claim a logical key for `job_id` (one winner among concurrent claimers)."""
+        """Claim a logical key for `job_id` (one winner among concurrent claimers); a live
+        claim of the key in its other place (another route's) wins over it."""
         # The key's own partition, as enqueue and claim_status use (not the job id's).
         partition = self.route(tenant, logical_key, policy)
+        held = await self._claim_elsewhere(tenant, logical_key, partition)
+        if held is not None:
+            return ClaimResult(won=False, status=held[0], job_id=held[1])
         key = self.keys.idempotency(partition, self.keys.digest(logical_key))
         reply = await self.scripts.run(
             ScriptCall(Script.CLAIM, [key], [job_id, self._claim_ttl_ms])
@@ -357,14 +386,12 @@ class JobQueue:
         self, logical_key: str, policy: TenantPolicy | None = None, tenant: str = ""
     ) -> tuple[str, str] | None:
         """(status, job_id) of a logical key's claim, or None when unclaimed/expired. Pass the
-        tenant's `policy` as enqueue got it: a capped tenant's claims live in its home
-        partition."""
-        partition = self.route(tenant, logical_key, policy)
-        raw = await self.redis.get(self.keys.idempotency(partition, self.keys.digest(logical_key)))
-        if raw is None:
-            return None
-        status, _, job_id = str(raw).partition(" ")
-        return status, job_id
+        `tenant`: a claim made while the tenant had a running cap lives in its home partition,
+        one made without in the key's own, and both are read (a live one answers; the
+        partition `policy` routes to now is preferred)."""
+        places = claim_partitions(self.keys, tenant, logical_key)
+        found = await self._claims(logical_key, places)
+        return answering(found, self.route(tenant, logical_key, policy))
 
     async def job_history(
         self, job_id: str, after: str = "0-0", block_ms: int | None = None, count: int = 100
@@ -1033,7 +1060,7 @@ class JobQueue:
     ) -> dict[str, tuple[int, int]]:
         """Per tenant with work in the fair queues of one stream: (jobs waiting, jobs counted
         against its running cap). Operators' view and per-tenant metrics; O(active tenants).
-        A job canceled while it waits counts until the feed reaches and drops it."""
+        A job canceled while it waits leaves its queue at once (cancel.lua)."""
         state = await self.redis.hgetall(f"{self.keys.fair_base(partition, stream)}:state")  # type: ignore[misc]
         tenants = sorted(
             {k[2:] for k in state if k.startswith(("a:", "r:"))}  # in line, or running capped

@@ -7,9 +7,11 @@ import asyncio
 
 from redis.asyncio import Redis
 
-from splatq.shared.engine.ids import new_job_id
+from splatq.shared.engine.fairness import TenantPolicy, home_partition
+from splatq.shared.engine.ids import new_job_id, partition_of
 from splatq.shared.engine.jobs import JobSpec
 from splatq.shared.engine.queue import JobQueue
+from splatq.shared.settings import Settings
 from tests.conftest import WorkerFactory, wait_for_status
 
 
@@ -72,3 +74,36 @@ async def test_claims_expire_after_the_configured_ttl(queue: JobQueue, redis: Re
     ttl_ms = await redis.pttl(key)
     assert 0 < ttl_ms <= queue.settings.idempotency_ttl_s * 1000
     assert result.created
+
+
+async def test_a_key_answers_with_its_job_whatever_the_tenants_cap_now(
+    redis: Redis, settings: Settings
+) -> None:
+    """With several partitions a running cap routes a tenant's new jobs and claims to its home
+    partition; a key claimed under the other route still answers (enqueue, claim,
+    claim_status), and a FAILED claim in one place gives way to a live one in the other."""
+    queue = JobQueue(redis, settings.with_overrides(partitions=4))
+    await queue.setup()
+    home = home_partition("acme", 4)
+    key = next(
+        k for k in (f"idempotency:acme:k{i}" for i in range(100))
+        if queue.keys.partition_for(k) != home
+    )  # fmt: skip
+    capped = TenantPolicy(max_running=2)
+    spec = JobSpec(tenant="acme", quality="preview", idempotency_key=key)
+    first = await queue.enqueue(spec)
+    assert first.created
+    assert partition_of(first.job_id) != home
+    again = await queue.enqueue(spec, policy=capped)
+    assert (again.created, again.job_id, again.claim_status) == (False, first.job_id, "PENDING")
+    assert await queue.claim_status(key, capped, "acme") == ("PENDING", first.job_id)
+    lost = await queue.claim(key, new_job_id(home), capped, "acme")
+    assert (lost.won, lost.job_id) == (False, first.job_id)
+    # the first job failed (its claim says so): the key is free, and the new job answers
+    own_claim = queue.keys.idempotency(partition_of(first.job_id), queue.keys.digest(key))
+    await redis.set(own_claim, f"FAILED {first.job_id}")
+    second = await queue.enqueue(spec, policy=capped)
+    assert second.created
+    assert partition_of(second.job_id) == home
+    assert await queue.claim_status(key, None, "acme") == ("PENDING", second.job_id)
+    assert not (await queue.enqueue(spec)).created

@@ -51,6 +51,9 @@ async def test_jobs_of_every_partition_complete_on_a_cluster(cluster_url: str) -
     assert {int(i[4:7]) for i in ids} == {0, 1, 2}
     repeat = await queue.enqueue(JobSpec(tenant="t", idempotency_key="key-0"))
     assert (repeat.created, repeat.job_id) == (False, ids[0])
+    # a claim is read in both places it may live in (the key's partition, t's home) at once:
+    # one pipeline across two slots
+    assert await queue.claim_status("key-0", None, "t") == ("PENDING", ids[0])
 
     async def handler(ctx: JobContext) -> JobOutcome:
         await ctx.progress(0.5, "half")

@@ -128,6 +128,8 @@ end
 --                         c:<t> running cap (0 = none), a:<t> '1' in the ring | 'capped'
 -- A fair job's `fq` field says where it stands: '1' waiting, 'c' fed and counted against its
 -- tenant's cap, 'f' fed uncounted (no cap); fair_release settles it at the terminal exit.
+-- While it waits, `fq_flow` (the queue's tenant: the job's own, or `redrive:<tenant>`) and
+-- `fq_cost` name its queue entry, so a cancel takes it out at once (fair_withdraw).
 local function fq_base(tag, stream_name)
   return tag .. ':fq:' .. stream_name
 end
@@ -154,6 +156,42 @@ local function fair_push(tag, stream_name, tenant, job_id, cost, weight, cap, no
   end
 end
 
+-- A waiting job leaves its flow's queue at once (a cancel), so the feed never meets it: a
+-- cancel storm costs the other tenants nothing. When that empties the queue, the flow leaves
+-- the ring with its deficit and settings, as fair_feed does for a queue it finds empty (its
+-- running count stays; a flow parked at its cap is unparked: nothing of it waits). The LREM
+-- scans the queue from the end nearer the job (by enqueue time, against the head's and the
+-- tail's in `waiting`): O(distance from that end), bounded by the tenant's backlog share;
+-- O(ring) when the queue empties. Call it before fair_release (which leaves `waiting`).
+-- A job queued before `fq_flow`/`fq_cost` were recorded has neither: the feed drops its
+-- entry when it reaches it, at no cost to anyone's turn (see fair_feed).
+local function fair_withdraw(job_key, job_id, stream_name, flow, cost)
+  if not flow or flow == '' or not cost or cost == '' then return end
+  local base = fq_base(key_tag(job_key), stream_name)
+  local q = base .. ':q:' .. flow
+  local entry = job_id .. ' ' .. cost
+  local from = 1
+  local head, tail = redis.call('LINDEX', q, 0), redis.call('LINDEX', q, -1)
+  if tail == entry then
+    from = -1
+  elseif head and tail and head ~= entry then
+    local w = base .. ':waiting'
+    local t = tonumber(redis.call('ZSCORE', w, job_id))
+    local t_head = tonumber(redis.call('ZSCORE', w, string.match(head, '^%S+')))
+    local t_tail = tonumber(redis.call('ZSCORE', w, string.match(tail, '^%S+')))
+    if t and t_head and t_tail and t - t_head > t_tail - t then from = -1 end
+  end
+  if redis.call('LREM', q, from, entry) == 0 then return end
+  if redis.call('LLEN', q) > 0 then return end
+  redis.call('LREM', base .. ':ring', 1, flow)
+  redis.call('HDEL', base .. ':state', 'a:' .. flow, 'd:' .. flow, 'w:' .. flow, 'c:' .. flow)
+end
+
+-- Dead entries (a job that no longer waits: canceled before cancels withdrew it, or a corrupt
+-- record) that one feed drops without spending a turn; past this many, each spends one, so a
+-- feed's work stays bounded whatever its queues hold.
+local FAIR_DROP_BUDGET = 1000
+
 -- Move up to `n` waiting jobs into the stream in deficit round-robin order: the tenant at the
 -- head of the ring is served while its deficit covers its next job's cost; once it does not,
 -- the tenant is credited `quantum` x its weight and goes to the back (credit at the end of a
@@ -163,6 +201,8 @@ end
 -- the job, and LMOVE when its turn ends; the tenants' state is read once per tenant and
 -- written back, with `waiting`, in one call each at the end. A tenant whose queue ran empty
 -- leaves the ring when the feed next finds it so (its deficit and settings go with it).
+-- A dead entry is dropped without a charge and without spending a turn (up to
+-- FAIR_DROP_BUDGET per feed): the tenant keeps its place and the feed goes on.
 local function fair_feed(tag, stream_name, stream_key, n, quantum, stream_maxlen)
   if n <= 0 then return 0 end
   local base = fq_base(tag, stream_name)
@@ -185,7 +225,7 @@ local function fair_feed(tag, stream_name, stream_key, n, quantum, stream_maxlen
     dirty[t] = true
     redis.call('LMOVE', ring, ring, 'LEFT', 'RIGHT')
   end
-  local fed = 0
+  local fed, drops = 0, FAIR_DROP_BUDGET
   -- every turn either moves a job or credits a tenant at least one job's worth (quantum is
   -- the largest cost), so this bound is never what stops a feed that could go on
   local turns = 2 * (n + len) + 8
@@ -212,7 +252,6 @@ local function fair_feed(tag, stream_name, stream_key, n, quantum, stream_maxlen
           redis.call('LPUSH', q, head)  -- not affordable yet: back in its place
           end_turn(t, c)
         else
-          taken[#taken + 1] = job_id
           local job_key = tag .. ':job:' .. job_id
           local jf = redis.pcall('HMGET', job_key, 'fq', 'trace_id', 'claim_key')
           if jf.err then
@@ -227,6 +266,7 @@ local function fair_feed(tag, stream_name, stream_key, n, quantum, stream_maxlen
           end
           -- fq is no longer '1' when the job was canceled while it waited: dropped, no charge
           if jf[1] == '1' then
+            taken[#taken + 1] = job_id
             local entry_id = redis.call('XADD', stream_key, 'MAXLEN', '~', stream_maxlen, '*',
               'v', '1', 'job', job_id, 'trace', jf[2] or '', 'claim', jf[3] or '')
             if c[4] > 0 then
@@ -238,6 +278,14 @@ local function fair_feed(tag, stream_name, stream_key, n, quantum, stream_maxlen
             c[1] = c[1] - cost
             dirty[t] = true
             fed = fed + 1
+          else
+            -- a dead entry: out of `waiting` too (a no-op for a canceled job: its cancel
+            -- took it out), and no turn spent while the drop budget lasts
+            redis.call('ZREM', base .. ':waiting', job_id)
+            if drops > 0 then
+              drops = drops - 1
+              turns = turns + 1
+            end
           end
           if c[1] < cost then end_turn(t, c) end
         end

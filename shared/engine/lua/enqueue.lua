@@ -85,7 +85,7 @@ local entry_id = ''
 if ARGV[10] ~= '' then
   local policy = cjson.decode(ARGV[10])
   local tag = key_tag(KEYS[1])
-  put('fq', '1'); put('entry_id', '')
+  put('fq', '1'); put('entry_id', ''); put('fq_flow', tenant); put('fq_cost', policy.cost)
   redis.call('HSET', KEYS[1], unpack(fields))
   fair_push(tag, stream_name, tenant, job_id, policy.cost, policy.weight, policy.cap, now)
   -- an idle worker blocked on the stream wakes; under load workers' takes do the moving

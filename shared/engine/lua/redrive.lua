@@ -43,9 +43,9 @@ if ARGV[11] and ARGV[11] ~= '' then
   local tag = key_tag(KEYS[2])
   local f = redis.call('HMGET', KEYS[2], 'tenant', 'stream')
   local stream_name = f[2] or string.match(KEYS[3], '([^:]+)$')
-  redis.call('HSET', KEYS[2], 'fq', '1', 'entry_id', '')
-  fair_push(tag, stream_name, 'redrive:' .. (f[1] or ''), job_id, policy.cost, policy.weight,
-    0, now)
+  local flow = 'redrive:' .. (f[1] or '')
+  redis.call('HSET', KEYS[2], 'fq', '1', 'entry_id', '', 'fq_flow', flow, 'fq_cost', policy.cost)
+  fair_push(tag, stream_name, flow, job_id, policy.cost, policy.weight, 0, now)
   fair_keep_one_ready(tag, stream_name, KEYS[3], policy.group, policy.quantum, ARGV[2])
   entry_id = redis.call('HGET', KEYS[2], 'entry_id')
 else
