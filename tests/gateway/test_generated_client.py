@@ -30,7 +30,7 @@ from tests.conftest import GpuHandlerFactory, WorkerFactory, wait_until
 from tests.gateway.conftest import KEY_A, ClientFactory
 
 PACKAGE = "splatq_generated_client"
-ADMIN_KEY = "admin-key-generated-client"
+ADMIN_KEY = "admin-key-generated-client-0123456789-abcdefghijkl"
 GENERATE_TIMEOUT_S = 120
 
 

@@ -73,6 +73,12 @@ def gateway_url(
         # Generated requests must reach the handlers, not the rate limiter.
         "SPLATQ_RATE_LIMIT_PER_S": "100000",
         "SPLATQ_RATE_LIMIT_BURST": "100000",
+        "SPLATQ_LIST_RATE_LIMIT_PER_S": "100000",
+        "SPLATQ_LIST_RATE_LIMIT_BURST": "100000",
+        # Its auth checks send wrong keys on purpose, again and again: they must meet the 401
+        # (the throttle's 429 is tested in tests/gateway/test_hardening.py).
+        "SPLATQ_ADMIN_AUTH_FAILURES_PER_MIN": "1000000",
+        "SPLATQ_ADMIN_AUTH_FAILURES_GLOBAL_PER_MIN": "1000000",
         "SPLATQ_LOG_LEVEL": "warning",
         "SPLATQ_ADMIN_API_KEY": ADMIN_KEY,  # tests/gateway/schemathesis.toml sends it
         # Generated `Prefer: wait` and `image_url` values must not hold a request for long:

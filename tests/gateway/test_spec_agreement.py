@@ -28,7 +28,7 @@ from tests.gateway.test_api import form, problem
 Client = TestClient[Any, Any]
 DOC = openapi_document("http://gateway.test")
 SCHEMAS = DOC["components"]["schemas"]
-ADMIN_KEY = "admin-key-0123456789"
+ADMIN_KEY = "admin-key-0123456789-0123456789-abcdefghijkl"
 ADMIN = {"Authorization": f"Bearer {ADMIN_KEY}"}
 
 
