@@ -80,7 +80,7 @@ log = structlog.get_logger("splatq.stages")
 
 # Bumped when a stage's output for the same inputs would change (its digest changes with it).
 INGEST_VERSION = "ingest-1"
-EXPORT_VERSION = "export-1"
+EXPORT_VERSION = "export-2"  # 2: .spz too
 RENDER_VERSION = "render-1"
 # The ingest output a progressive job's quick pass reads (the image at preview resolution).
 QUICK_IMAGE = "quick_image.pt"
@@ -364,7 +364,7 @@ class StageHandlers:
             files = await ctx.run_blocking(encode_files, gaussians)
             return files, dict(source.facts)
 
-        names = ("gaussian_ply", "splat")
+        names = ("gaussian_ply", "splat", "spz")
         return await self._stage(ctx, PipelineStage.EXPORT, digest, names, work)
 
     async def render(self, ctx: JobContext) -> StageDone:
@@ -389,6 +389,7 @@ class StageHandlers:
         files = {
             "gaussian_ply": await self.store.read(exported, "gaussian_ply"),
             "splat": await self.store.read(exported, "splat"),
+            "spz": await self.store.read(exported, "spz"),
             "rendered_preview": await self.store.read(rendered, "rendered_preview"),
         }
         count = facts_int(exported.facts, "gaussian_count")
