@@ -234,7 +234,9 @@ async def list_tasks(request: web.Request) -> web.Response:
     try:
         config = load_config(settings.redriver_config, retention_defaults(settings))
     except ConfigError as exc:
-        raise ApiError(503, "unavailable", f"the redriver configuration is invalid: {exc}") from None
+        raise ApiError(
+            503, "unavailable", f"the redriver configuration is invalid: {exc}"
+        ) from None
     queue = request.app[QUEUE]
     store = TaskStore(queue.redis, queue.scripts, MaintenanceKeys(queue.keys))
     now = time.time()

@@ -12,6 +12,10 @@ from __future__ import annotations
 from typing import Any
 
 from splatq.services.gateway import listing
+from splatq.services.gateway.openapi_console import OPERATIONS as CONSOLE_OPERATIONS
+from splatq.services.gateway.openapi_console import SCHEMAS as CONSOLE_SCHEMAS
+from splatq.services.gateway.openapi_console import TAG as CONSOLE_TAG
+from splatq.services.gateway.openapi_console import console_paths
 from splatq.services.gateway.openapi_stages import (
     JOB_ERROR,
     JOB_PROPERTIES,
@@ -41,7 +45,7 @@ _PROBLEM_CODES = [
     "internal_error", "endpoint_limit_reached", "endpoint_disabled", "too_many_streams",
     "unavailable", "not_replicated", "quota_exceeded", "forbidden", "admin_disabled",
     "tenant_exists", "image_url_forbidden", "image_url_unreachable",
-    "image_url_too_large", "too_many_fetches",
+    "image_url_too_large", "too_many_fetches", "not_redrivable",
 ]  # fmt: skip
 JOB_STATUSES = [s.value for s in JobStatus]
 TAGS = [
@@ -51,8 +55,10 @@ TAGS = [
      "description": "Registered receivers of the tenant's events, their secrets and logs."},
     {"name": "Webhook secret", "description": "The tenant's secret for per-job webhook_urls."},
     {"name": "Usage", "description": "The caller's GPU quota and usage."},
-    {"name": "Admin", "description": "Tenants, API keys and quotas (the admin key only)."},
+    {"name": "Admin", "description": "Tenants, API keys and quotas; stats, dead letters and "
+     "scheduled tasks (the admin key only)."},
     {"name": "Operations", "description": "Health, readiness, metrics and this document."},
+    CONSOLE_TAG,
 ]  # fmt: skip
 # Every operation's tag and summary, by operationId (a test checks none is missing).
 OPERATIONS: dict[str, tuple[str, str]] = {
@@ -89,6 +95,7 @@ OPERATIONS: dict[str, tuple[str, str]] = {
     "metrics": ("Operations", "Prometheus metrics"),
     "openapi": ("Operations", "This OpenAPI document"),
     "docs": ("Operations", "The API reference as a web page"),
+    **CONSOLE_OPERATIONS,
 }
 
 
@@ -540,6 +547,7 @@ def _document(server_url: str, max_wait_s: int) -> dict[str, Any]:
             },
             **_endpoint_paths(event_names),
             **tenant_paths(),
+            **console_paths(),
             "/healthz": {
                 "get": {
                     "operationId": "healthz",
@@ -627,6 +635,7 @@ def _document(server_url: str, max_wait_s: int) -> dict[str, Any]:
                 },
                 "WebhookEndpoint": _ENDPOINT_SCHEMA,
                 **TENANT_SCHEMAS,
+                **CONSOLE_SCHEMAS,
                 "DeliveryAttempt": _ATTEMPT_SCHEMA,
                 "JobPage": {
                     "type": "object",

@@ -98,10 +98,13 @@ async def _throughput(redis: Redis, keys: KeySchema, partitions: int) -> dict[st
         "window_s": THROUGHPUT_WINDOW_S,
         "truncated": truncated,
         "stages": [
-            {"stage": s.value, "succeeded": stages[s.value],
-             "per_minute": round(stages[s.value] / minutes, 2)}
+            {
+                "stage": s.value,
+                "succeeded": stages[s.value],
+                "per_minute": round(stages[s.value] / minutes, 2),
+            }
             for s in PIPELINE
-        ],  # fmt: skip
+        ],
         "jobs": {k: jobs[k] for k in ("completed", "failed", "canceled")},
     }
 
@@ -130,8 +133,13 @@ async def _leases(
             pending = int(c.get("pending", 0))
             if pending:
                 out.setdefault(_text(c.get("name", "")), []).append(
-                    {"partition": p, "stage": stage.value, "stream": s.value, "leases": pending,
-                     "idle_ms": int(c.get("idle", 0))}  # fmt: skip
+                    {
+                        "partition": p,
+                        "stage": stage.value,
+                        "stream": s.value,
+                        "leases": pending,
+                        "idle_ms": int(c.get("idle", 0)),
+                    }
                 )
     return out
 
