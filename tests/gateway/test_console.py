@@ -70,7 +70,9 @@ async def test_nothing_else_is_served(client: Client) -> None:
 def test_an_object_store_s3_origin_is_the_only_other_connect_source(settings: Settings) -> None:
     local = content_security_policy(settings)
     assert "connect-src 'self';" in local
-    s3 = settings.with_overrides(storage_url="s3://bucket/x", s3_endpoint_url="https://s3.example:9000/")
+    s3 = settings.with_overrides(
+        storage_url="s3://bucket/x", s3_endpoint_url="https://s3.example:9000/"
+    )
     assert "connect-src 'self' https://s3.example:9000;" in content_security_policy(s3)
     aws = settings.with_overrides(storage_url="s3://bucket/x")
     assert "connect-src 'self' https://*.amazonaws.com;" in content_security_policy(aws)

@@ -29,7 +29,7 @@ from splatq.services.stack import BUNDLED_SAMPLE
 from splatq.shared.engine.queue import JobQueue
 from tests.conftest import REPO_ROOT, StagesFactory, WorkerFactory, wait_until
 from tests.gateway.conftest import KEY_A, KEY_B, ClientFactory
-from tests.system.test_dlq_cli import _dead_letter_a_job
+from tests.gateway.test_admin_ops import dead_letter_a_job
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 # WebGL without a GPU: ANGLE on SwiftShader
@@ -45,9 +45,12 @@ MIN_VARIANCE = 100.0
 MIN_ORBIT_CHANGE = 2.0  # mean absolute change in grey levels after a drag
 
 
+HAVE_CHROMIUM = Path(CHROMIUM).exists()
+
+
 @pytest.fixture(scope="module")
 async def browser() -> AsyncIterator[Any]:
-    if not Path(CHROMIUM).exists():
+    if not HAVE_CHROMIUM:
         pytest.skip("no Chromium: `make chromium` installs Debian's (the console tests need it)")
     from playwright.async_api import async_playwright  # noqa: PLC0415
 
@@ -87,6 +90,14 @@ class Tab:
 
     async def go(self, fragment: str) -> None:
         await self.page.evaluate("(f) => { location.hash = f; }", fragment)
+
+    async def shot(self, name: str, full_page: bool = True) -> None:
+        """A screenshot for docs/img/, without the passing notices and the focus ring."""
+        await self.page.evaluate(
+            "document.getElementById('toast').replaceChildren(); document.activeElement?.blur()"
+        )
+        SHOTS.mkdir(parents=True, exist_ok=True)
+        await self.page.screenshot(path=str(SHOTS / name), full_page=full_page)
 
     async def axe(self, label: str) -> None:
         """No serious or critical axe-core violation on the current page."""
@@ -175,26 +186,27 @@ async def test_a_tenant_submits_watches_it_live_and_orbits_the_result(
     assert await page.evaluate("window.__pwned") is None
     assert await page.locator("main script, main img[src=x]").count() == 0
     await tab.axe("job page")
-    SHOTS.mkdir(parents=True, exist_ok=True)
-    await page.screenshot(path=str(SHOTS / "console-job.png"), full_page=True)
+    await tab.shot("console-job.png")
 
     await tab.go("#/jobs")
     row = page.locator("tr", has=page.locator(f"a[href='#/jobs/{job_id}']"))
     await row.locator(".badge.s-completed").wait_for()
     await tab.axe("jobs page")
-    await page.screenshot(path=str(SHOTS / "console-jobs.png"))
+    await tab.shot("console-jobs.png", full_page=False)
     await tab.go("#/usage")
     await page.wait_for_selector("dl.facts")
     await tab.axe("usage page")
 
-    phone = await new_tab(browser, base, PHONE, color_scheme="light", is_mobile=True, has_touch=True)
+    phone = await new_tab(
+        browser, base, PHONE, color_scheme="light", is_mobile=True, has_touch=True
+    )
     await phone.sign_in(KEY_A)
     await phone.go(f"#/jobs/{job_id}")
     await phone.page.wait_for_selector("canvas.viewer[data-state=ready]")
     await settled(phone.page.locator("canvas.viewer"))
     width = await phone.page.evaluate("document.documentElement.scrollWidth")
     assert width <= PHONE["width"], f"the phone layout scrolls sideways ({width} px)"
-    await phone.page.screenshot(path=str(SHOTS / "console-job-phone.png"))
+    await phone.shot("console-job-phone.png", full_page=False)
 
     # Another tenant: the job is not theirs, not listed, not shown.
     other = await new_tab(browser, base)
@@ -222,7 +234,7 @@ async def test_an_operator_redrives_a_dead_letter(
 ) -> None:
     client = await make_client(admin_api_key=ADMIN_KEY)
     base = str(client.make_url("")).rstrip("/")
-    job_id = await _dead_letter_a_job(queue, redis)
+    job_id = await dead_letter_a_job(queue, redis)
     [letter] = await queue.dead_letters(0)
     await start_worker()  # a live worker process for the workers page (and the redriven job)
     tab = await new_tab(browser, base)
@@ -231,7 +243,7 @@ async def test_an_operator_redrives_a_dead_letter(
     assert await page.locator("#who").inner_text() == "Operator: operator"
     await page.wait_for_selector("text=Throughput, last 5 minutes")
     await tab.axe("streams page")
-    await page.screenshot(path=str(SHOTS / "console-ops-streams.png"), full_page=True)
+    await tab.shot("console-ops-streams.png")
 
     await tab.go("#/ops/workers")
     await page.wait_for_selector("td .badge.s-alive")
@@ -248,7 +260,7 @@ async def test_an_operator_redrives_a_dead_letter(
     await page.wait_for_selector("h2:text('Death log')")
     assert job_id in await page.locator("main").inner_text()
     await tab.axe("dead letter page")
-    await page.screenshot(path=str(SHOTS / "console-dead-letter.png"), full_page=True)
+    await tab.shot("console-dead-letter.png")
     await page.get_by_role("button", name="Redrive").click()
     dialog = page.locator("dialog[open]")
     await dialog.wait_for()

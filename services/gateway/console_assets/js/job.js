@@ -157,12 +157,12 @@ export function render(main, [jobId]) {
   replace(main, head,
     h("div", { class: "grid" },
       scene.element,
-      section("Preview image", preview),
       section("Details", facts, errorBox),
-      section("Stages", stages)),
+      section("Stages", stages),
+      section("Preview image", preview),
+      section("Metadata", metadata)),
     section("Events", events),
-    section("Webhook deliveries", deliveries),
-    section("Metadata", metadata));
+    section("Webhook deliveries", deliveries));
 
   async function showPreview(quick) {
     try {

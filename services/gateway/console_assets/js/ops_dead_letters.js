@@ -15,6 +15,11 @@ function tabs(kind) {
       "aria-current": k === kind ? "page" : null })));
 }
 
+function eventData(data) {
+  const shown = Object.entries(data || {}).filter(([k]) => k !== "job_id" && k !== "metadata");
+  return shown.map(([k, v]) => `${k}=${typeof v === "object" ? JSON.stringify(v) : v}`).join(" ") || "—";
+}
+
 function entryHref(kind, id) {
   return `#/ops/dead-letters/${kind}/${id}`;
 }
@@ -90,7 +95,7 @@ async function entryPage(main, kind, id, signal) {
           fmtTime(s.finished_at), s.error ? `${s.error.code}: ${s.error.message}` : ""]), "No stages."),
       table("Events", ["Type", "At", "Data"], job.events.map((e) => [e.type.split(".").pop(),
         e.payload.timestamp ? fmtTime(new Date(e.payload.timestamp * 1000).toISOString()) : "—",
-        h("span", { class: "clip", text: JSON.stringify(e.payload.data || {}) })]), "No events.")) : null,
+        h("span", { class: "clip", text: eventData(e.payload.data) })]), "No events.")) : null,
     entry.attempts ? section("Delivery attempts", table("Attempts", ["Attempt", "Outcome", "Status", "Error"],
       entry.attempts.map((a) => [a.attempt, badge(a.outcome || "?"), a.status_code ?? "—", a.error || ""]))) : null,
     section("Audit trail", table("Actions on this entry", ["Action", "By", "Why", "Codes"],
