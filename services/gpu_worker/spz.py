@@ -72,7 +72,8 @@ def _rotations(wxyz: FloatArray) -> npt.NDArray[np.uint8]:
         mag = np.minimum(np.floor(511.0 * np.abs(q[:, i]) / _SQRT_HALF + 0.5), 511)
         field = (q[:, i] < 0.0).astype(np.uint32) << 9 | mag.astype(np.uint32)
         packed = np.where(skip, packed, packed << 10 | field)
-    return packed.astype("<u4").view(np.uint8)
+    out: npt.NDArray[np.uint8] = packed.astype("<u4").view(np.uint8)
+    return out
 
 
 def to_spz_bytes(g: Gaussians) -> bytes:

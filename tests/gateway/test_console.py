@@ -5,11 +5,13 @@ else is served; no file carries a key, an inline handler or an HTML parser sink.
 from __future__ import annotations
 
 import re
+from pathlib import Path
 from typing import Any
 
 from aiohttp.test_utils import TestClient
 
 from splatq.services.gateway.console import content_security_policy, load_assets
+from splatq.services.stack import dev_api_key, up_banner
 from splatq.shared.settings import Settings
 from tests.gateway.conftest import KEY_A, ClientFactory
 from tests.gateway.test_api import problem
@@ -76,3 +78,14 @@ def test_an_object_store_s3_origin_is_the_only_other_connect_source(settings: Se
     assert "connect-src 'self' https://s3.example:9000;" in content_security_policy(s3)
     aws = settings.with_overrides(storage_url="s3://bucket/x")
     assert "connect-src 'self' https://*.amazonaws.com;" in content_security_policy(aws)
+
+
+def test_the_up_banner_leads_to_the_console(settings: Settings, tmp_path: Path) -> None:
+    local = settings.with_overrides(data_dir=tmp_path, public_url="http://127.0.0.1:8080")
+    banner = up_banner(local, "sq_dev_x", "redis://127.0.0.1:6390/0")
+    assert "Console: http://127.0.0.1:8080/console" in banner
+    assert f"the admin key in {tmp_path / 'dev-admin-key'}" in banner
+    key = dev_api_key(tmp_path, "dev-admin-key")
+    assert key == dev_api_key(tmp_path, "dev-admin-key")  # made once, then reused
+    assert key not in banner
+    assert (tmp_path / "dev-admin-key").stat().st_mode & 0o777 == 0o600
