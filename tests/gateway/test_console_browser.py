@@ -25,6 +25,7 @@ import pytest
 from PIL import Image
 from redis.asyncio import Redis
 
+from splatq.services.gateway.local_viewer import write_local_viewer
 from splatq.services.stack import BUNDLED_SAMPLE
 from splatq.shared.engine.queue import JobQueue
 from tests.conftest import REPO_ROOT, StagesFactory, WorkerFactory, wait_until
@@ -275,4 +276,20 @@ async def test_an_operator_redrives_a_dead_letter(
     await wait_until(redriven, timeout_s=30)
     assert await queue.dead_letters(0) == []
     assert not any("/v1/admin/" not in u for u, a in tab.auth if a)  # the admin key: admin only
+    assert tab.errors == []
+
+
+async def test_the_local_viewer_opens_from_disk(browser: Any, tmp_path: Path) -> None:
+    """`make demo`'s viewer.html: opened as a file (no server), it shows the embedded .spz."""
+    from splatq.services.gpu_worker.spz import to_spz_bytes  # noqa: PLC0415 - torch
+    from tests.gpu_worker.test_formats import random_gaussians  # noqa: PLC0415
+
+    page_path = write_local_viewer(tmp_path, "scene.spz", to_spz_bytes(random_gaussians(3000)))
+    assert page_path == tmp_path / "viewer.html"
+    tab = await new_tab(browser, "")
+    await tab.page.goto(page_path.as_uri())
+    canvas = tab.page.locator("canvas[data-state=ready]")
+    await canvas.wait_for()
+    assert await canvas.get_attribute("data-count") == "3000"
+    assert grey(await settled(canvas)).var() > MIN_VARIANCE
     assert tab.errors == []
