@@ -197,6 +197,9 @@ async def test_a_tenant_submits_watches_it_live_and_orbits_the_result(
     await tab.go("#/usage")
     await page.wait_for_selector("dl.facts")
     await tab.axe("usage page")
+    await tab.go("#/webhooks")
+    await page.wait_for_selector("text=No endpoints registered.")
+    await tab.axe("webhooks page")
 
     phone = await new_tab(
         browser, base, PHONE, color_scheme="light", is_mobile=True, has_touch=True
@@ -255,6 +258,17 @@ async def test_an_operator_redrives_a_dead_letter(
     await tab.go("#/ops/tenants")
     await page.wait_for_selector("h2:text('Create a tenant')")
     await tab.axe("tenants page")
+    await page.locator("#tenant-name").fill("zeta")
+    await page.get_by_role("button", name="Create", exact=True).click()
+    await page.wait_for_selector("h1:text('Tenant zeta')")
+    await page.locator("#t-key-label").fill("ci")
+    await page.get_by_role("button", name="Create a key").click()
+    secret = await page.locator("dialog[open] input.secret").input_value()
+    assert secret.startswith("sq_")
+    await tab.axe("new key dialog")
+    await page.locator("dialog[open]").get_by_role("button", name="Done").click()
+    await page.wait_for_selector("td:text('ci')")
+    assert secret not in await page.content()  # shown once, then gone
 
     await tab.go("#/ops/dead-letters")
     await page.get_by_role("link", name=letter.id).click()

@@ -25,7 +25,7 @@ function quotaText(q) {
 
 function listPage(main, signal) {
   const body = h("div", {}, h("p", { text: "Loading…" }));
-  const name = h("input", { required: true, pattern: "[A-Za-z0-9][A-Za-z0-9._-]{0,63}" });
+  const name = h("input", { required: true, pattern: "[A-Za-z0-9][A-Za-z0-9._\\-]{0,63}" });
   const weight = h("input", { type: "number", min: 1, max: 1000, value: 1 });
   const form = h("form", { class: "card" }, h("h2", { text: "Create a tenant" }),
     h("div", { class: "row" }, field("tenant-name", "Name", name), field("tenant-weight", "Weight", weight)),
