@@ -389,9 +389,12 @@ class StageHandlers:
         files = {
             "gaussian_ply": await self.store.read(exported, "gaussian_ply"),
             "splat": await self.store.read(exported, "splat"),
-            "spz": await self.store.read(exported, "spz"),
             "rendered_preview": await self.store.read(rendered, "rendered_preview"),
         }
+        # An export made before .spz existed (a job in flight across the upgrade) has none:
+        # the job completes without it, as jobs finished before it did.
+        if "spz" in exported.outputs:
+            files["spz"] = await self.store.read(exported, "spz")
         count = facts_int(exported.facts, "gaussian_count")
         encoded = EncodedArtifacts(
             files=files,
@@ -412,7 +415,9 @@ class StageHandlers:
         base = self.settings.public_base_url
         compute_ms = total_ms(ctx.job.metered)
         return JobOutcome(
-            artifacts={name: artifact_url(base, ctx.job.id, name) for name in ARTIFACT_FILES},
+            artifacts={
+                name: artifact_url(base, ctx.job.id, name) for name in ARTIFACT_FILES if name in files
+            },
             compute_time_ms=compute_ms,
             model=exported.facts.get("model", "") or self.model.version,
             extra_fields={"gaussian_count": str(count), "artifact_run": run},
