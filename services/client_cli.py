@@ -286,7 +286,8 @@ async def _submit(client: SplatqClient, args: argparse.Namespace) -> int:
             if progress is not None:
                 progress.clear()
     if args.out is not None and job.status == "completed":
-        for name in ARTIFACT_FILES:
+        # the job's own artifacts (one finished before a format existed lacks it)
+        for name in [n for n in ARTIFACT_FILES if n in (job.artifacts or {})]:
             path = await client.download(job.id, name, args.out)
             if not args.json:
                 print(f"  {path}", file=sys.stderr)

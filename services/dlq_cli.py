@@ -20,8 +20,9 @@ import orjson
 
 from splatq.shared.engine.queue import DeadLetter, JobQueue
 from splatq.shared.engine.stages import PIPELINE, PipelineStage
-from splatq.shared.maintenance.audit import AuditAction, AuditRecord, person_actor
+from splatq.shared.maintenance.audit import person_actor
 from splatq.shared.maintenance.deadletters import DeadLetterBook
+from splatq.shared.maintenance.dlq_ops import AuditedDeadLetters, describe
 from splatq.shared.maintenance.keys import DeadLetterKind
 from splatq.shared.redis.client import connect
 from splatq.shared.settings import Settings
@@ -87,21 +88,6 @@ def _parse_since(value: str) -> int:
     return int(moment.timestamp() * 1000)
 
 
-def _describe(letter: DeadLetter) -> dict[str, Any]:
-    fields = dict(letter.fields)
-    described: dict[str, Any] = {
-        "id": letter.id,
-        "reason": letter.reason,
-        "job_id": letter.job_id or None,
-        "at": datetime.fromtimestamp(letter.at_ms / 1000, UTC).isoformat(),
-        "fields": fields,
-    }
-    if "attempt_log" in fields:  # a webhook message's attempts, one JSON object per line
-        lines = fields.pop("attempt_log").splitlines()
-        described["attempts"] = [orjson.loads(line) for line in lines if line]
-    return described
-
-
 class DeadLetters(Protocol):
     """What the commands need of a dead-letter kind (JobQueue for jobs, WebhookStore for
     webhook messages)."""
@@ -116,7 +102,13 @@ async def _run(args: argparse.Namespace, settings: Settings, since_ms: int | Non
     redis = connect(settings.redis_url, client_name="splatq-dlq")
     jobs = JobQueue(redis, settings)
     queue: DeadLetters = WebhookStore(jobs) if args.kind == "webhooks" else jobs
-    audited = _Audited(DeadLetterBook(jobs), DeadLetterKind(args.kind), args)
+    raw_stage = getattr(args, "from_stage", None)
+    audited = AuditedDeadLetters(
+        DeadLetterBook(jobs),
+        DeadLetterKind(args.kind),
+        person_actor(getattr(args, "actor", "")),
+        PipelineStage(raw_stage) if raw_stage else None,
+    )
     try:
         await jobs.scripts.load()
         if args.dlq_command == "show":
@@ -128,8 +120,8 @@ async def _run(args: argparse.Namespace, settings: Settings, since_ms: int | Non
             if letter is None:
                 print(f"splatq dlq: no entry {args.id}", file=sys.stderr)
                 return EXIT_NONE
-            described = _describe(letter)
-            described["audit"] = await audited.book.audit_trail(audited.kind, letter)
+            described = describe(letter)
+            described["audit"] = await audited.audit_trail(letter)
             print(orjson.dumps(described, option=orjson.OPT_INDENT_2).decode())
             return EXIT_OK
         letters = await _select(queue, args, since_ms, settings.partitions)
@@ -171,46 +163,16 @@ async def _select(
 
 def _print_list(letters: list[DeadLetter], as_json: bool) -> int:
     if as_json:
-        print(orjson.dumps([_describe(x) for x in letters]).decode())
+        print(orjson.dumps([describe(x) for x in letters]).decode())
     else:
         for x in letters:
-            print(f"{x.id}  {x.reason:<26} {x.job_id or '-':<36} {_describe(x)['at']}")
+            print(f"{x.id}  {x.reason:<26} {x.job_id or '-':<36} {describe(x)['at']}")
     return EXIT_OK if letters else EXIT_NONE
 
 
-class _Audited:
-    """Redrive and purge through the scripts that also write the audit record."""
-
-    def __init__(self, book: DeadLetterBook, kind: DeadLetterKind, args: argparse.Namespace):
-        self.book = book
-        self.kind = kind
-        self.actor = person_actor(getattr(args, "actor", ""))
-        raw_stage = getattr(args, "from_stage", None)
-        self.from_stage = PipelineStage(raw_stage) if raw_stage else None
-
-    def _record(self, action: AuditAction, letter: DeadLetter) -> AuditRecord:
-        why = f"splatq dlq {'redrive' if action is AuditAction.REDRIVEN else 'purge'}"
-        return AuditRecord(action, why, self.kind.value, self.actor, letter.reason)
-
-    async def redrive(self, letter: DeadLetter) -> tuple[str, str]:
-        [subject] = await self.book.subjects(self.kind, [letter])
-        if not subject.subject:
-            return "not_redrivable", f"entry has no job of this partition ({letter.reason})"
-        if not subject.fields and self.kind is DeadLetterKind.JOBS:
-            return "not_redrivable", "no job record"
-        call = self.book.redrive_call(
-            subject, self._record(AuditAction.REDRIVEN, letter), from_stage=self.from_stage
-        )
-        [outcome] = await self.book.redrive_many([(subject, call)])
-        return outcome
-
-    async def purge_dead_letter(self, letter: DeadLetter) -> bool:
-        [subject] = await self.book.subjects(self.kind, [letter])
-        record = self._record(AuditAction.PURGED, letter)
-        return await self.book.note(subject, record, purge=True) == "purged"
-
-
-async def _act(queue: _Audited, args: argparse.Namespace, letters: list[DeadLetter]) -> int:
+async def _act(
+    queue: AuditedDeadLetters, args: argparse.Namespace, letters: list[DeadLetter]
+) -> int:
     results: list[dict[str, Any]] = []
     refused = 0
     for letter in letters:

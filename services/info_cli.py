@@ -13,15 +13,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import dataclasses
 import sys
 from typing import Any
 
 import orjson
 
-from splatq.shared.engine.backlog import PartitionBacklog, read_backlog
+from splatq.shared.engine.backlog import PartitionBacklog, read_stage_backlogs
 from splatq.shared.engine.keys import KeySchema
-from splatq.shared.engine.stages import ALL_STAGES
 from splatq.shared.redis.client import connect
 from splatq.shared.settings import Settings
 
@@ -62,23 +60,7 @@ async def _read(settings: Settings) -> list[tuple[str, PartitionBacklog]]:
     redis = connect(settings.redis_url, client_name="splatq-info")
     try:
         keys = KeySchema(partitions=settings.partitions)
-        out = []
-        for p in range(settings.partitions):
-            out.append(("", await read_backlog(redis, keys, settings.consumer_group, p)))
-            for stage in ALL_STAGES[1:]:
-                b = await read_backlog(
-                    redis, keys.for_stage(stage.value), settings.consumer_group, p
-                )
-                # a stage's streams exist once a worker of it started or a job reached it;
-                # only the entry streams are fed from the fair queues
-                streams = tuple(
-                    dataclasses.replace(s, queued=0)
-                    for s in b.streams
-                    if s.length or s.consumers or s.ready is None or s.pending
-                )
-                if streams:
-                    out.append((stage.value, dataclasses.replace(b, streams=streams)))
-        return out
+        return await read_stage_backlogs(redis, keys, settings.consumer_group, settings.partitions)
     finally:
         await redis.aclose()
 

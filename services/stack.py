@@ -35,6 +35,7 @@ log = structlog.get_logger("splatq.stack")
 DEFAULT_REDIS_PORT = 6390
 DEV_KEY_PREFIX = "sq_dev_"
 DEV_KEY_FILE = "dev-api-key"
+DEV_ADMIN_KEY_FILE = "dev-admin-key"  # the console's operator view (SPLATQ_ADMIN_API_KEY)
 # The first start installs nothing but may load a model on CPU: generous, bounded.
 READY_TIMEOUT_S = 300.0
 # The bundled sample image (in the wheel too); found without importing the worker (numpy).
@@ -123,6 +124,10 @@ async def run_stack(
         # A development key for this stack only, kept under the data dir so the next `make up`
         # (and the README's commands) reuse it; production sets its own.
         env["SPLATQ_API_KEYS"] = f"dev:{dev_api_key(settings.data_dir)}"
+    if not settings.admin_api_key:
+        # The same for the admin key (the console's operator view, /v1/admin/): this stack's
+        # own, in a file of the data dir; the banner names the file, not the key.
+        env["SPLATQ_ADMIN_API_KEY"] = dev_api_key(settings.data_dir, DEV_ADMIN_KEY_FILE)
     if "SPLATQ_WEBHOOK_ALLOW_PRIVATE" not in env:
         # The local stack delivers to receivers on this machine (examples/webhook_receiver.py);
         # production keeps the SSRF guard's default (private addresses refused).
@@ -158,10 +163,10 @@ async def run_stack(
             log.info("redis.stopped")
 
 
-def dev_api_key(data_dir: Path) -> str:
-    """The local stack's development key: read from `<data_dir>/dev-api-key`, or made once and
-    written there (mode 0600)."""
-    path = data_dir / DEV_KEY_FILE
+def dev_api_key(data_dir: Path, name: str = DEV_KEY_FILE) -> str:
+    """The local stack's development key: read from `<data_dir>/<name>` (dev-api-key), or made
+    once and written there (mode 0600)."""
+    path = data_dir / name
     if path.exists():
         key = path.read_text(encoding="utf-8").strip()
         if key.startswith(DEV_KEY_PREFIX):
@@ -180,8 +185,14 @@ def up_banner(settings: Settings, api_key: str, redis_url: str) -> str:
     sample = _display_path(BUNDLED_SAMPLE)
     key_file = settings.data_dir / DEV_KEY_FILE
     key_line = f"{api_key}  (saved in {key_file})" if settings.api_keys == {} else api_key
+    admin = (
+        f"the admin key in {settings.data_dir / DEV_ADMIN_KEY_FILE}"
+        if not settings.admin_api_key
+        else "SPLATQ_ADMIN_API_KEY"
+    )
     return (
         f"splatq is up.\n  API:     {gateway}  (OpenAPI: {gateway}/openapi.json)\n"
+        f"  Console: {gateway}/console  (sign in with the API key; operator: {admin})\n"
         f"  API key: {key_line}\n  Redis:   {redis_url}\n"
         f"  try:     curl -H 'Authorization: Bearer {api_key}' -F image=@{sample} "
         f'-F \'params={{"quality":"preview"}}\' {gateway}/v1/jobs\n'

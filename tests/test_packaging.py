@@ -125,6 +125,11 @@ def test_the_wheel_ships_types_license_data_and_light_metadata(wheel: Path) -> N
     missing_typed = [p for p in packages if f"{p.replace('.', '/')}/py.typed" not in names]
     assert missing_typed == []
     assert "splatq/services/gpu_worker/samples/sample.png" in names
+    console = ROOT / "services" / "gateway" / "console_assets"
+    assets = [p.relative_to(console).as_posix() for p in console.rglob("*") if p.is_file()]
+    assert {"index.html", "js/app.js", "viewer/splat-viewer.js"} <= set(assets)
+    shipped = {n.removeprefix("splatq/services/gateway/console_assets/") for n in names}
+    assert set(assets) <= shipped  # the web console needs no build step: its files are here
     assert any(n.endswith(".dist-info/licenses/LICENSE") for n in names)
     assert len([n for n in names if n.startswith("splatq/shared/engine/lua/")]) == len(
         list((ROOT / "shared" / "engine" / "lua").glob("*.lua"))
@@ -166,6 +171,8 @@ with sample.open("rb") as fh:
     img = Image.open(fh)
     img.load()
 import splatq.shared
+from splatq.services.gateway.console import load_assets
+assert "js/app.js" in load_assets()
 print(json.dumps({"files": files, "size": img.size, "torch": "torch" in sys.modules,
                   "version": splatq.shared.__version__, "prefix": sys.prefix}))
 """

@@ -15,6 +15,10 @@ from __future__ import annotations
 from typing import Any
 
 from splatq.services.gateway.openapi_common import ENUMS, PROBLEM_SCHEMA, RETRY_AFTER, problem
+from splatq.services.gateway.openapi_console import OPERATIONS as CONSOLE_OPERATIONS
+from splatq.services.gateway.openapi_console import SCHEMAS as CONSOLE_SCHEMAS
+from splatq.services.gateway.openapi_console import TAG as CONSOLE_TAG
+from splatq.services.gateway.openapi_console import console_paths
 from splatq.services.gateway.openapi_endpoints import ENDPOINT_SCHEMA, endpoint_paths, secret_paths
 from splatq.services.gateway.openapi_events import (
     ATTEMPT_PAGE,
@@ -36,8 +40,10 @@ TAGS = [
      "description": "Registered receivers of the tenant's events, their secrets and logs."},
     {"name": "Webhook secret", "description": "The tenant's secret for per-job webhook_urls."},
     {"name": "Usage", "description": "The caller's GPU quota and usage."},
-    {"name": "Admin", "description": "Tenants, API keys and quotas (the admin key only)."},
+    {"name": "Admin", "description": "Tenants, API keys and quotas; stats, dead letters and "
+     "scheduled tasks (the admin key only)."},
     {"name": "Operations", "description": "Health, readiness, metrics and this document."},
+    CONSOLE_TAG,
 ]  # fmt: skip
 # Every operation's tag and summary, by operationId (a test checks none is missing).
 OPERATIONS: dict[str, tuple[str, str]] = {
@@ -74,6 +80,7 @@ OPERATIONS: dict[str, tuple[str, str]] = {
     "metrics": ("Operations", "Prometheus metrics"),
     "openapi": ("Operations", "This OpenAPI document"),
     "docs": ("Operations", "The API reference as a web page"),
+    **CONSOLE_OPERATIONS,
 }
 
 
@@ -110,6 +117,7 @@ def _document(server_url: str, max_wait_s: int) -> dict[str, Any]:
             **secret_paths(),
             **endpoint_paths(),
             **tenant_paths(),
+            **console_paths(),
             **_operations_paths(),
         },
         "components": {
@@ -133,6 +141,7 @@ def _document(server_url: str, max_wait_s: int) -> dict[str, Any]:
                 "DeliveryAttemptPage": ATTEMPT_PAGE,
                 "WebhookEndpoint": ENDPOINT_SCHEMA,
                 **TENANT_SCHEMAS,
+                **CONSOLE_SCHEMAS,
             },
         },
     }

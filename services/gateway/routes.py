@@ -20,6 +20,7 @@ from redis.exceptions import RedisError
 
 from splatq.services.gateway import docs_page, listing, quota_gate
 from splatq.services.gateway.admin import add_admin_routes
+from splatq.services.gateway.admin_ops import add_admin_ops_routes
 from splatq.services.gateway.app import (
     DECODE_LIMITS,
     DECODE_SLOTS,
@@ -35,6 +36,7 @@ from splatq.services.gateway.app import (
     TRACE_ID,
 )
 from splatq.services.gateway.auth import authenticate
+from splatq.services.gateway.console import add_console_routes
 from splatq.services.gateway.endpoints import add_endpoint_routes
 from splatq.services.gateway.image_fetch import IMAGE_FETCHER
 from splatq.services.gateway.images import (
@@ -102,11 +104,13 @@ def add_routes(app: web.Application) -> None:
     add_endpoint_routes(app)
     app.router.add_get("/v1/usage", usage)
     add_admin_routes(app)
+    add_admin_ops_routes(app)
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)
     app.router.add_get("/metrics", metrics)
     app.router.add_get("/openapi.json", openapi)
     app.router.add_get("/docs", docs)
+    add_console_routes(app)  # /console, and / leading there
 
 
 def _json(body: object, status: int = 200, headers: dict[str, str] | None = None) -> web.Response:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 
-from splatq.services.gpu_worker import formats
+from splatq.services.gpu_worker import formats, spz
 from splatq.services.gpu_worker.camera import Camera
 from splatq.services.gpu_worker.gaussians import Gaussians
 from splatq.services.gpu_worker.renderer import render, to_png_bytes
@@ -27,9 +27,13 @@ class EncodedArtifacts:
 
 
 def encode_files(gaussians: Gaussians) -> dict[str, bytes]:
-    """The Gaussians as `.ply` and `.splat` (blocking; the export stage's work)."""
+    """The Gaussians as `.ply`, `.splat` and `.spz` (blocking; the export stage's work)."""
     cpu = gaussians.to("cpu")
-    return {"gaussian_ply": formats.to_ply_bytes(cpu), "splat": formats.to_splat_bytes(cpu)}
+    return {
+        "gaussian_ply": formats.to_ply_bytes(cpu),
+        "splat": formats.to_splat_bytes(cpu),
+        "spz": spz.to_spz_bytes(cpu),
+    }
 
 
 def preview_size(input_camera: Camera) -> int:
@@ -60,6 +64,8 @@ def verify_encoded(data: Mapping[str, bytes], gaussian_count: int, preview_size:
     """Raise `formats.ArtifactInvalid` unless every file is whole and consistent."""
     formats.verify_ply(data["gaussian_ply"], expected_count=gaussian_count)
     formats.verify_splat(data["splat"], expected_count=gaussian_count)
+    if "spz" in data:  # absent only from an export made before it existed (stages.publish)
+        spz.verify_spz(data["spz"], expected_count=gaussian_count)
     formats.verify_png(data["rendered_preview"], preview_size, preview_size)
 
 

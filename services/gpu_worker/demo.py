@@ -12,7 +12,8 @@ from pathlib import Path
 
 import aiohttp
 
-from splatq.services.gpu_worker import formats
+from splatq.services.gateway.local_viewer import write_local_viewer
+from splatq.services.gpu_worker import formats, spz
 from splatq.services.gpu_worker.artifacts import PREVIEW_MAX_SIZE
 from splatq.shared.client import ApiProblem, Event, SplatqClient
 from splatq.shared.settings import Settings
@@ -46,6 +47,7 @@ async def run_demo(settings: Settings, out_dir: Path, quality: str = "preview") 
     data = {name: await asyncio.to_thread(p.read_bytes) for name, p in paths.items()}
     ply = formats.verify_ply(data["gaussian_ply"])
     formats.verify_splat(data["splat"], expected_count=ply.count)
+    spz.verify_spz(data["spz"], expected_count=ply.count)
     size = min(PREVIEW_MAX_SIZE, RESOLUTION[quality])
     formats.verify_png(data["rendered_preview"], size, size)
     print(
@@ -53,6 +55,8 @@ async def run_demo(settings: Settings, out_dir: Path, quality: str = "preview") 
         + ", ".join(ARTIFACT_FILES.values())
     )
     print(f"compute time {job.compute_time_ms} ms, model {job.model}")
+    viewer = await asyncio.to_thread(write_local_viewer, out_dir, "scene.spz", data["spz"])
+    print(f"open {viewer} in a browser to orbit the result")
     return 0
 
 

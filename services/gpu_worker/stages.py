@@ -80,7 +80,7 @@ log = structlog.get_logger("splatq.stages")
 
 # Bumped when a stage's output for the same inputs would change (its digest changes with it).
 INGEST_VERSION = "ingest-1"
-EXPORT_VERSION = "export-1"
+EXPORT_VERSION = "export-2"  # 2: .spz too
 RENDER_VERSION = "render-1"
 # The ingest output a progressive job's quick pass reads (the image at preview resolution).
 QUICK_IMAGE = "quick_image.pt"
@@ -364,7 +364,7 @@ class StageHandlers:
             files = await ctx.run_blocking(encode_files, gaussians)
             return files, dict(source.facts)
 
-        names = ("gaussian_ply", "splat")
+        names = ("gaussian_ply", "splat", "spz")
         return await self._stage(ctx, PipelineStage.EXPORT, digest, names, work)
 
     async def render(self, ctx: JobContext) -> StageDone:
@@ -391,6 +391,10 @@ class StageHandlers:
             "splat": await self.store.read(exported, "splat"),
             "rendered_preview": await self.store.read(rendered, "rendered_preview"),
         }
+        # An export made before .spz existed (a job in flight across the upgrade) has none:
+        # the job completes without it, as jobs finished before it did.
+        if "spz" in exported.outputs:
+            files["spz"] = await self.store.read(exported, "spz")
         count = facts_int(exported.facts, "gaussian_count")
         encoded = EncodedArtifacts(
             files=files,
@@ -411,7 +415,11 @@ class StageHandlers:
         base = self.settings.public_base_url
         compute_ms = total_ms(ctx.job.metered)
         return JobOutcome(
-            artifacts={name: artifact_url(base, ctx.job.id, name) for name in ARTIFACT_FILES},
+            artifacts={
+                name: artifact_url(base, ctx.job.id, name)
+                for name in ARTIFACT_FILES
+                if name in files
+            },
             compute_time_ms=compute_ms,
             model=exported.facts.get("model", "") or self.model.version,
             extra_fields={"gaussian_count": str(count), "artifact_run": run},

@@ -11,6 +11,7 @@ entry, for its age.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -20,6 +21,7 @@ from redis.asyncio import Redis
 from redis.exceptions import ResponseError
 
 from splatq.shared.engine.keys import STREAMS, KeySchema, StreamName
+from splatq.shared.engine.stages import ALL_STAGES
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,6 +112,28 @@ async def read_backlog(
             )
         )
     return PartitionBacklog(partition, delayed, tuple(out))
+
+
+async def read_stage_backlogs(
+    redis: Redis, keys: KeySchema, group: str, partitions: int
+) -> list[tuple[str, PartitionBacklog]]:
+    """Every partition's entry streams ('' : what ingest and whole-job workers read), then
+    each later stage's streams that exist, as (stage, backlog). A later stage's streams exist
+    once a worker of it started or a job reached it; only the entry streams are fed from the
+    fair queues (a later stage's `queued` is 0)."""
+    out = []
+    for p in range(partitions):
+        out.append(("", await read_backlog(redis, keys, group, p)))
+        for stage in ALL_STAGES[1:]:
+            b = await read_backlog(redis, keys.for_stage(stage.value), group, p)
+            streams = tuple(
+                dataclasses.replace(s, queued=0)
+                for s in b.streams
+                if s.length or s.consumers or s.ready is None or s.pending
+            )
+            if streams:
+                out.append((stage.value, dataclasses.replace(b, streams=streams)))
+    return out
 
 
 def _entry_ms(first: list[Any]) -> int | None:

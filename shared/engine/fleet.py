@@ -20,10 +20,12 @@ import contextlib
 import os
 import secrets
 import socket
-from collections.abc import Callable, Sequence
+import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
+import orjson
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
@@ -40,6 +42,8 @@ class FleetClock(Protocol):
 
     async def fleet_tick(self, partitions: Sequence[int], consumer: str = "") -> None: ...
 
+    async def fleet_card(self, consumer: str, card: bytes, ttl_ms: int) -> None: ...
+
 
 @dataclass(slots=True, eq=False)
 class FleetMember:
@@ -47,12 +51,31 @@ class FleetMember:
 
     name: str = field(default_factory=new_consumer_name)
     _counts: list[Callable[[], int]] = field(default_factory=list)
+    _cards: list[Callable[[], Mapping[str, object]]] = field(default_factory=list)
+    _started_ms: int = field(default_factory=lambda: int(time.time() * 1000))
     _joined: int = 0
     _clock: asyncio.Task[None] | None = None
 
     def count(self, running: Callable[[], int]) -> None:
         """Count a worker's running jobs among the process's (see `running`)."""
         self._counts.append(running)
+
+    def describe(self, card: Callable[[], Mapping[str, object]]) -> None:
+        """Add a worker's own description (its stage, slots, jobs running) to the process's
+        card, which every fleet tick writes for the admin API's worker view."""
+        self._cards.append(card)
+
+    def card(self) -> bytes:
+        return orjson.dumps(
+            {
+                "name": self.name,
+                "host": socket.gethostname(),
+                "pid": os.getpid(),
+                "started_at_ms": self._started_ms,
+                "running": self.running(),
+                "workers": [card() for card in self._cards],
+            }
+        )
 
     def running(self) -> int:
         """The jobs this process runs now, over all its workers (`co_running`'s k): those
@@ -64,7 +87,7 @@ class FleetMember:
         self._joined += 1
         if self._clock is None:
             self._clock = asyncio.create_task(
-                _tick(queue, tuple(partitions), self.name, interval_s), name="fleet-clock"
+                _tick(queue, tuple(partitions), self, interval_s), name="fleet-clock"
             )
 
     async def leave(self) -> None:
@@ -82,11 +105,16 @@ class FleetMember:
         return self._clock is not None and not self._clock.done()
 
 
-async def _tick(queue: FleetClock, partitions: Sequence[int], name: str, interval_s: float) -> None:
+async def _tick(
+    queue: FleetClock, partitions: Sequence[int], member: FleetMember, interval_s: float
+) -> None:
     """Tick each partition's fleet clock, busy or idle: gaps in the fleet's contact with Redis
-    are what tells an outage (not charged to leases) from a dead process."""
+    are what tells an outage (not charged to leases) from a dead process. The process's card
+    goes with it, kept for a few ticks (a process that stops ticking drops out of view)."""
+    card_ttl_ms = max(int(interval_s * 3000), 3000)
     while True:
         # Unreachable Redis is the point of the clock: nothing to do until it answers.
         with contextlib.suppress(*REDIS_ERRORS):
-            await queue.fleet_tick(partitions, name)
+            await queue.fleet_tick(partitions, member.name)
+            await queue.fleet_card(member.name, member.card(), card_ttl_ms)
         await asyncio.sleep(interval_s)

@@ -172,6 +172,11 @@ class KeySchema:
         tick): reclaim.lua tells a mass death from a poison job with it."""
         return f"{self.tag(partition)}:workers"
 
+    def worker_card(self, worker: str) -> str:
+        """What a worker process says of itself (its stages, slots and jobs running), written
+        by its fleet tick with an expiry: the admin API's worker view (a key of its own)."""
+        return f"{self.prefix}:worker-card:{worker}"
+
     def alarm_counter(self, partition: int) -> str:
         """Counts stream entries lost to trimming (XAUTOCLAIM's deleted ids)."""
         return f"{self.tag(partition)}:alarm:lost_entries"

@@ -894,6 +894,10 @@ class JobQueue:
             ]
         )
 
+    async def fleet_card(self, consumer: str, card: bytes, ttl_ms: int) -> None:
+        """Write a worker process's card (shared/engine/fleet.py), expiring after `ttl_ms`."""
+        await self.redis.set(self.keys.worker_card(consumer), card, px=ttl_ms)
+
     async def record_lost_entries(self, partition: int, count: int) -> None:
         await self.redis.incrby(self.keys.alarm_counter(partition), count)
 

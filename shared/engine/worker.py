@@ -286,6 +286,7 @@ class Worker:
         self._rng = rng or random.Random()
         self._running: dict[str, _Running] = {}
         self.member.count(self._handlers_running)
+        self.member.describe(self._card)
         self._commits: asyncio.Queue[_Commit] = asyncio.Queue()
         self._slot_freed = asyncio.Event()
         self._stopping = asyncio.Event()
@@ -313,6 +314,16 @@ class Worker:
         whose handler has not returned -- a run past it is committing, and its job may already
         be starting in the next stage here, which must not count it twice."""
         return sum(not r.committing for r in self._running.values())
+
+    def _card(self) -> dict[str, object]:
+        """This worker on its process's card (the admin API's worker view)."""
+        return {
+            "stage": self.stage.value if self.stage is not None else None,
+            "slots": self.pool.total,
+            "in_use": self.pool.in_use,
+            "running": len(self._running),
+            "partitions": list(self.partitions),
+        }
 
     async def run(self) -> None:
         """Run until `stop()`; then drain within the grace period and return."""

@@ -250,6 +250,9 @@ def input_key(sha256_hex: str, extension: str) -> str:
 ARTIFACTS: dict[str, tuple[str, str]] = {
     "gaussian_ply": ("scene.ply", "application/octet-stream"),
     "splat": ("scene.splat", "application/octet-stream"),
+    # Niantic's compressed .spz (services/gpu_worker/spz.py): what the console's viewer loads
+    # first; absent from jobs finished before it existed.
+    "spz": ("scene.spz", "application/octet-stream"),
     "rendered_preview": ("preview.png", "image/png"),
 }
 ARTIFACT_FILES: dict[str, str] = {name: f for name, (f, _) in ARTIFACTS.items()}

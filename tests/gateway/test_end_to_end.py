@@ -14,6 +14,7 @@ from tests.conftest import GpuHandlerFactory, WorkerFactory, wait_for_status
 from tests.gateway.conftest import AUTH_A, AUTH_B
 from tests.gateway.test_api import form, problem
 from tests.gpu_worker.conftest import sample_png
+from tests.gpu_worker.spz_reader import read_spz
 
 
 async def test_submit_follow_and_download_artifacts(
@@ -38,12 +39,14 @@ async def test_submit_follow_and_download_artifacts(
     assert job["progress"] == 1.0
     assert job["model"] == "builtin-silhouette-inflation@1"
     assert isinstance(job["compute_time_ms"], int)
-    assert set(job["artifacts"]) == {"gaussian_ply", "splat", "rendered_preview"}
+    assert set(job["artifacts"]) == {"gaussian_ply", "splat", "spz", "rendered_preview"}
     ply = await client.get(f"/v1/jobs/{job_id}/artifacts/gaussian_ply", headers=AUTH_A)
     assert ply.status == 200
     count = formats.verify_ply(await ply.read()).count
     splat = await client.get(f"/v1/jobs/{job_id}/artifacts/splat", headers=AUTH_A)
     assert formats.verify_splat(await splat.read(), expected_count=count) == count
+    spz = await client.get(f"/v1/jobs/{job_id}/artifacts/spz", headers=AUTH_A)
+    assert len(read_spz(await spz.read()).positions) == count  # the independent reader
     png = await client.get(f"/v1/jobs/{job_id}/artifacts/rendered_preview", headers=AUTH_A)
     assert png.content_type == "image/png"
     formats.verify_png(await png.read(), 128, 128)

@@ -61,7 +61,7 @@ async def test_jobs_submitted_together_share_forward_passes_without_cross_talk(
         assert formats.verify_splat(files["splat"]) == expected.count
         assert formats.verify_png(files["rendered_preview"]) == (128, 128)
         assert job.artifacts is not None
-        assert set(job.artifacts) == {"gaussian_ply", "splat", "rendered_preview"}
+        assert set(job.artifacts) == {"gaussian_ply", "splat", "spz", "rendered_preview"}
         assert job.artifacts["splat"].endswith(f"/v1/jobs/{job.id}/artifacts/splat")
         assert job.model == solo.version
         previews.add(files["rendered_preview"])

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import orjson
 from redis.asyncio import Redis
 
 from splatq.services.gpu_worker.stages import StageHandlers
@@ -75,3 +76,30 @@ async def test_a_staged_job_passes_every_stage_and_equals_the_whole_job_result(
     assert names[-1] == "completed"
     assert sum('"stage_status":"succeeded"' in p for _, p in progress) == 4
     assert sum('"stage_status":"running"' in p for _, p in progress) == 4
+
+
+async def test_a_job_exported_before_spz_existed_publishes_without_it(
+    queue: JobQueue,
+    redis: Redis,
+    storage: LocalFileStorage,
+    stage_handlers: StageHandlers,
+    start_stages: StagesFactory,
+) -> None:
+    """A rolling upgrade: a job whose export ran on a worker without .spz (its ledger record
+    names no `spz` output) is published by a new worker with the artifacts it has."""
+    job_id = (await queue.enqueue(await stored_spec(storage, sample_png(4)))).job_id
+    await start_stages(stage_handlers, "ingest,reconstruct,export,render")
+
+    async def at_publish() -> bool:
+        job = await queue.get(job_id)
+        return job is not None and PipelineStage.RENDER in job.ledger
+
+    await wait_until(at_publish, timeout_s=60)
+    field = f"ps.{PipelineStage.EXPORT.value}"
+    record = orjson.loads(await redis.hget(queue.keys.job(job_id), field))
+    del record["outputs"]["spz"]  # as the previous export version recorded it
+    await redis.hset(queue.keys.job(job_id), field, orjson.dumps(record).decode())
+    await start_stages(stage_handlers, "publish")
+    job = await wait_for_status(queue, job_id, {"completed", "failed"}, timeout_s=60)
+    assert job.status.value == "completed", job.error
+    assert set(job.artifacts or {}) == {"gaussian_ply", "splat", "rendered_preview"}

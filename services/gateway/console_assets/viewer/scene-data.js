@@ -1,0 +1,2 @@
+/* No scene embedded: `make demo` writes its own scene-data.js next to its viewer.html. */
+window.SPLATQ_SCENE = null;
