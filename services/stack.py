@@ -29,7 +29,7 @@ from splatq.shared.engine.stages import ALL_STAGES, DEVICE_STAGES, PipelineStage
 from splatq.shared.logs import configure_logging
 from splatq.shared.redis.client import connect
 from splatq.shared.redis.server import RedisServer, RedisServerError, die_with_parent
-from splatq.shared.settings import Settings, process_environment
+from splatq.shared.settings import MIN_ADMIN_KEY_CHARS, Settings, process_environment
 
 log = structlog.get_logger("splatq.stack")
 DEFAULT_REDIS_PORT = 6390
@@ -169,9 +169,10 @@ def dev_api_key(data_dir: Path, name: str = DEV_KEY_FILE) -> str:
     path = data_dir / name
     if path.exists():
         key = path.read_text(encoding="utf-8").strip()
-        if key.startswith(DEV_KEY_PREFIX):
+        if key.startswith(DEV_KEY_PREFIX) and len(key) >= MIN_ADMIN_KEY_CHARS:
             return key
-    key = f"{DEV_KEY_PREFIX}{secrets.token_urlsafe(18)}"
+    # 256 random bits: strong enough for the admin key too (an older, shorter one is replaced)
+    key = f"{DEV_KEY_PREFIX}{secrets.token_urlsafe(32)}"
     data_dir.mkdir(parents=True, exist_ok=True)
     temp = path.with_suffix(".tmp")
     temp.write_text(key + "\n", encoding="utf-8")

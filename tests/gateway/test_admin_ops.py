@@ -22,7 +22,7 @@ from tests.gateway.test_openapi import _check
 from tests.maintenance.helpers import dead_letter_jobs
 
 Client = TestClient[Any, Any]
-ADMIN_KEY = "admin-ops-key-0123456789"
+ADMIN_KEY = "admin-ops-key-0123456789-abcdefghijklmn"
 ADMIN = {"Authorization": f"Bearer {ADMIN_KEY}"}
 
 

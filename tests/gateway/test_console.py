@@ -17,7 +17,7 @@ from tests.gateway.conftest import KEY_A, ClientFactory
 from tests.gateway.test_api import problem
 
 Client = TestClient[Any, Any]
-ADMIN_KEY = "admin-console-key-0123456789"
+ADMIN_KEY = "admin-console-key-0123456789-abcdefghijk"
 
 
 async def test_root_leads_to_the_console(client: Client) -> None:

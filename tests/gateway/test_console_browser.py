@@ -37,7 +37,7 @@ CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 BROWSER_ARGS = ["--use-angle=swiftshader", "--enable-unsafe-swiftshader", "--ignore-gpu-blocklist"]
 AXE = Path(__file__).parent / "vendor" / "axe-core" / "axe.min.js"
 SHOTS = REPO_ROOT / "docs" / "img"
-ADMIN_KEY = "admin-console-key-0123456789"
+ADMIN_KEY = "admin-console-key-0123456789-abcdefghijk"
 LAPTOP = {"width": 1280, "height": 900}
 PHONE = {"width": 390, "height": 844}
 INJECTION = '<script>window.__pwned = 1</script><img src=x onerror="window.__pwned = 2">'

@@ -24,7 +24,8 @@ from tests.gateway.conftest import AUTH_A, ClientFactory
 from tests.gateway.test_api import form
 
 Client = TestClient[Any, Any]
-ADMIN = {"Authorization": "Bearer admin-secret-key"}
+ADMIN_KEY = "admin-secret-key-0123456789-abcdefghijkl"
+ADMIN = {"Authorization": f"Bearer {ADMIN_KEY}"}
 PREVIEW = {"quality": "preview"}
 PARTITIONS = 4
 HOME = home_partition("acme", PARTITIONS)
@@ -34,9 +35,7 @@ JOB_KEY = re.compile(r"splatq:\{p\d+\}:job:job_\d{3}[0-9A-Z]{26}")
 
 async def _client(make_client: ClientFactory) -> Client:
     # no policy cache: an admin change governs the very next submission
-    return await make_client(
-        admin_api_key="admin-secret-key", partitions=PARTITIONS, api_key_cache_s=0.0
-    )
+    return await make_client(admin_api_key=ADMIN_KEY, partitions=PARTITIONS, api_key_cache_s=0.0)
 
 
 async def _set_cap(client: Client, cap: int) -> None:
