@@ -14,7 +14,9 @@ the most it reached after that; issue #27's target is within 10 % over 2,000 job
 (`--rate` above what the workers finish: a backlog) or not.
 
 Usage: python -m bench.soak [--jobs 2000] [--rate 2] [--full-share 0.05] [--sample-every 15]
-       [--warmup 200] [--idle 20] [--env SPLATQ_X=value ...]
+       [--warmup 200] [--idle 20] [--max-minutes 0] [--drain-timeout 900]
+       [--env SPLATQ_X=value ...]
+SIGINT/SIGTERM stops it early and still prints the report.
 The machine is shared: run it under `flock /tmp/splatq-bench.lock`.
 """
 
@@ -24,6 +26,7 @@ import argparse
 import asyncio
 import contextlib
 import io
+import math
 import os
 import platform
 import signal
@@ -257,7 +260,8 @@ def print_report(
     print()
     print(
         f"machine: {os.cpu_count()} cpus (shared), {platform.machine()}, python "
-        f"{platform.python_version()}; {args.jobs} submissions at {args.rate}/s, two tenants, "
+        f"{platform.python_version()}; {len(load.submitted)} jobs submitted at {args.rate}/s "
+        f"(of {args.jobs}), two tenants, "
         f"full share {args.full_share}; refused {load.refused}, failed {load.failed}; "
         f"extra env {args.env or '-'}"
     )
@@ -299,46 +303,78 @@ def print_report(
     print(f"\nworst growth after warm-up: {worst:+.1f} % (target: within 10 %)")
 
 
+async def measure(
+    args: argparse.Namespace,
+    base: str,
+    redis: Redis,
+    procs: dict[str, int],
+    samples: list[Sample],
+    load: Load,
+    stop: asyncio.Event,
+) -> None:
+    """Submit, sample, wait for the jobs to end (at most `--drain-timeout` once submitting
+    stopped), then sample idle. `stop` (SIGINT/SIGTERM) ends it early; the report follows."""
+    keys = KeySchema()
+    t0 = time.monotonic()
+    samples.append(await take_sample(redis, keys, procs, load, t0, "start"))
+    deadline = t0 + args.max_minutes * 60 if args.max_minutes else math.inf
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=120)) as http:
+        producer = asyncio.create_task(produce(http, base, args, load))
+        next_sample = t0 + args.sample_every
+        drain_until = math.inf
+        while not stop.is_set() and not (producer.done() and not load.open):
+            await asyncio.sleep(1.0)
+            now = time.monotonic()
+            if now >= deadline and not producer.done():
+                producer.cancel()  # time is up: no more submissions, let the backlog end
+            if producer.done() and drain_until == math.inf:
+                drain_until = now + args.drain_timeout
+                if not producer.cancelled() and producer.exception() is not None:
+                    raise producer.exception()  # type: ignore[misc]
+            if now >= drain_until:
+                print(f"drain timeout: {len(load.open)} jobs not ended", flush=True)
+                break
+            await poll_ended(redis, keys, load)
+            if now >= next_sample:
+                next_sample += args.sample_every
+                samples.append(await take_sample(redis, keys, procs, load, t0))
+                s = samples[-1]
+                workers = " ".join(
+                    f"{n}={s.rss.get(n, 0):.0f}MB" for n in ("worker-gpu", "worker-cpu")
+                )
+                print(
+                    f"t={s.elapsed_s:.0f}s submitted={s.submitted} ended={s.ended} "
+                    f"backlog={s.backlog} {workers}",
+                    flush=True,
+                )
+        producer.cancel()
+        samples.append(await take_sample(redis, keys, procs, load, t0, "all ended"))
+        if not stop.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), args.idle)
+            samples.append(await take_sample(redis, keys, procs, load, t0, "drained"))
+
+
 async def run(args: argparse.Namespace) -> None:
     extra = dict(kv.split("=", 1) for kv in args.env)
+    samples: list[Sample] = []
+    load = Load()
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
     with tempfile.TemporaryDirectory(prefix="splatq-soak-") as tmp_name:
-        tmp = Path(tmp_name)
-        async with splatq_up(tmp, extra) as (base, redis_url, up_pid):
+        async with splatq_up(Path(tmp_name), extra) as (base, redis_url, up_pid):
             procs = stack_processes(up_pid)
             names = [n for n in ("up", "redis", *SERVICES) if n in procs]
             redis = connect(redis_url)
-            keys = KeySchema()
-            load = Load()
-            samples: list[Sample] = []
-            t0 = time.monotonic()
             redis_base = int((await redis.info("memory"))["used_memory"])
-            samples.append(await take_sample(redis, keys, procs, load, t0, "start"))
-            timeout = aiohttp.ClientTimeout(total=120)
             try:
-                async with aiohttp.ClientSession(timeout=timeout) as http:
-                    producer = asyncio.create_task(produce(http, base, args, load))
-                    next_sample = t0 + args.sample_every
-                    while not (producer.done() and not load.open):
-                        await asyncio.sleep(1.0)
-                        if producer.done() and producer.exception() is not None:
-                            raise producer.exception()  # type: ignore[misc]
-                        await poll_ended(redis, keys, load)
-                        if time.monotonic() >= next_sample:
-                            next_sample += args.sample_every
-                            samples.append(await take_sample(redis, keys, procs, load, t0))
-                            s = samples[-1]
-                            print(
-                                f"t={s.elapsed_s:.0f}s submitted={s.submitted} ended={s.ended} "
-                                f"backlog={s.backlog} "
-                                f"cpu-worker={s.rss.get('worker-cpu', 0):.0f}MB",
-                                flush=True,
-                            )
-                    samples.append(await take_sample(redis, keys, procs, load, t0, "all ended"))
-                    await asyncio.sleep(args.idle)
-                    samples.append(await take_sample(redis, keys, procs, load, t0, "drained"))
+                await measure(args, base, redis, procs, samples, load, stop)
             finally:
                 await redis.aclose()
-    print_report(samples, names, args, load, redis_base)
+                if samples:
+                    print_report(samples, names, args, load, redis_base)
 
 
 def main() -> None:
@@ -350,6 +386,8 @@ def main() -> None:
     p.add_argument("--warmup", type=int, default=200, help="jobs ended before the baseline")
     p.add_argument("--idle", type=float, default=20.0, help="seconds idle before 'drained'")
     p.add_argument("--rows", type=int, default=30, help="rows of the time table (about)")
+    p.add_argument("--max-minutes", type=float, default=0, help="stop submitting after (0: no)")
+    p.add_argument("--drain-timeout", type=float, default=900, help="seconds to wait for the end")
     p.add_argument("--env", action="append", default=[], help="SPLATQ_X=value for the stack")
     asyncio.run(run(p.parse_args()))
 

@@ -68,7 +68,12 @@ class TrimmingThreadPool(ThreadPoolExecutor):
         self.trimmer = trimmer
 
     def submit(self, fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> Future[T]:
-        return super().submit(self.trimmer.run, fn, *args, **kwargs)
+        trimmer = self.trimmer
+
+        def call() -> T:
+            return trimmer.run(fn, *args, **kwargs)
+
+        return super().submit(call)
 
 
 class ClassExecutors:
