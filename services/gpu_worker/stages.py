@@ -416,7 +416,9 @@ class StageHandlers:
         compute_ms = total_ms(ctx.job.metered)
         return JobOutcome(
             artifacts={
-                name: artifact_url(base, ctx.job.id, name) for name in ARTIFACT_FILES if name in files
+                name: artifact_url(base, ctx.job.id, name)
+                for name in ARTIFACT_FILES
+                if name in files
             },
             compute_time_ms=compute_ms,
             model=exported.facts.get("model", "") or self.model.version,
