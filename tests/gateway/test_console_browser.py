@@ -8,13 +8,16 @@ orbits the result in the viewer: the canvas is not blank and dragging changes th
 The metadata shows as text; another tenant cannot reach the job; the admin key is never
 sent from a tenant's page. An operator redrives a dead-lettered job after a confirmation.
 Every page passes an axe-core scan with no serious or critical violation. Screenshots go to
-docs/img/ (the README links them).
+docs/img/ (the README links them) with SPLATQ_UPDATE_SCREENSHOTS=1, else to a temporary
+folder.
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
 import shutil
+import tempfile
 from collections.abc import AsyncIterator
 from io import BytesIO
 from pathlib import Path
@@ -36,7 +39,13 @@ CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 # WebGL without a GPU: ANGLE on SwiftShader
 BROWSER_ARGS = ["--use-angle=swiftshader", "--enable-unsafe-swiftshader", "--ignore-gpu-blocklist"]
 AXE = Path(__file__).parent / "vendor" / "axe-core" / "axe.min.js"
-SHOTS = REPO_ROOT / "docs" / "img"
+# The screenshots docs/ shows are refreshed on request only (a test run leaves the tree clean):
+# SPLATQ_UPDATE_SCREENSHOTS=1 .venv/bin/pytest tests/gateway/test_console_browser.py
+SHOTS = (
+    REPO_ROOT / "docs" / "img"
+    if os.environ.get("SPLATQ_UPDATE_SCREENSHOTS") == "1"
+    else Path(tempfile.gettempdir()) / "splatq-console-screenshots"
+)
 ADMIN_KEY = "admin-console-key-0123456789"
 LAPTOP = {"width": 1280, "height": 900}
 PHONE = {"width": 390, "height": 844}
