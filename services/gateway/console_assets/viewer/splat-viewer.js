@@ -1,9 +1,12 @@
 /* splatq viewer: a compact WebGL2 Gaussian-splat renderer with an orbit camera.
  *
  * Each Gaussian is a screen-facing quad sized by its projected covariance (EWA splatting:
- * Sigma' = J W Sigma W^T J^T + 0.3 I, cut at 3 sigma), drawn back to front after a 16-bit
- * counting sort by depth on the CPU, blended premultiplied. Per-Gaussian data lives in one
- * RGBA32F texture (position + alpha, the covariance's six terms, colour); the sorted order is
+ * Sigma' = J W Sigma W^T J^T + 0.3 I, cut at 3 sigma), drawn back to front after a radix
+ * sort of 32-bit view-depth keys (two 16-bit counting passes) on the CPU, blended
+ * premultiplied. 32 bits, not 16: with 16, Gaussians at nearly one depth (a surface seen edge
+ * on) tied, and ties drawn in file order made the picture depend on the file's row order.
+ * Per-Gaussian data lives in one RGBA32F texture (position + alpha, the covariance's six
+ * terms, colour); the sorted order is
  * the only per-frame upload. No worker, no WebAssembly, no eval: it runs under the console's
  * strict Content-Security-Policy and from a page opened from disk.
  *
@@ -186,7 +189,8 @@
     this.cloud = cloud;
     this.order = new Uint32Array(cloud.count);
     this.depths = new Float32Array(cloud.count);
-    this.keys = new Uint16Array(cloud.count);
+    this.keys = new Uint32Array(cloud.count);
+    this.pass = new Uint32Array(cloud.count);
     gl.bindBuffer(gl.ARRAY_BUFFER, this.indexBuffer);
     gl.bufferData(gl.ARRAY_BUFFER, this.order.byteLength || 4, gl.DYNAMIC_DRAW);
     this.box = bounds(cloud);
@@ -250,7 +254,16 @@
     return { r: r, t: t };
   };
 
-  /* Back to front: a 16-bit counting sort of the view depths. */
+  /* One stable counting pass of a radix sort: `from` ordered by 16 bits of the keys. */
+  function countingPass(keys, from, to, shift, counts) {
+    counts.fill(0);
+    var n = from.length, i;
+    for (i = 0; i < n; i++) counts[(keys[from[i]] >>> shift) & 0xffff]++;
+    for (i = 1; i < 65536; i++) counts[i] += counts[i - 1];
+    for (i = n - 1; i >= 0; i--) to[--counts[(keys[from[i]] >>> shift) & 0xffff]] = from[i];
+  }
+
+  /* Back to front: 32-bit keys of the view depths (the farthest first), radix sorted. */
   Viewer.prototype._sort = function (pose) {
     var n = this.cloud.count, p = this.cloud.positions, r = pose.r, depths = this.depths;
     var lo = Infinity, hi = -Infinity;
@@ -260,15 +273,15 @@
       if (z < lo) lo = z;
       if (z > hi) hi = z;
     }
-    var scale = hi > lo ? 65535 / (hi - lo) : 0;
-    var counts = new Uint32Array(65536);
+    var scale = hi > lo ? 4294967295 / (hi - lo) : 0;
     for (i = 0; i < n; i++) {
-      var key = ((hi - depths[i]) * scale) | 0; // the farthest first
-      this.keys[i] = key;
-      counts[key]++;
+      this.keys[i] = Math.min(4294967295, Math.floor((hi - depths[i]) * scale));
+      this.pass[i] = i;
     }
-    for (var k = 1; k < 65536; k++) counts[k] += counts[k - 1];
-    for (i = n - 1; i >= 0; i--) this.order[--counts[this.keys[i]]] = i;
+    this.counts = this.counts || new Uint32Array(65536);
+    countingPass(this.keys, this.pass, this.order, 0, this.counts);
+    countingPass(this.keys, this.order, this.pass, 16, this.counts);
+    this.order.set(this.pass);
     var gl = this.gl;
     gl.bindBuffer(gl.ARRAY_BUFFER, this.indexBuffer);
     gl.bufferSubData(gl.ARRAY_BUFFER, 0, this.order);
