@@ -19,8 +19,10 @@ from aiohttp import web
 from aiohttp.typedefs import Middleware
 from prometheus_client import REGISTRY, CollectorRegistry
 from redis.exceptions import (
+    AskError,
     BusyLoadingError,
     ClusterError,
+    MovedError,
     OutOfMemoryError,
     ReadOnlyError,
     SlotNotCoveredError,
@@ -77,6 +79,8 @@ UNAVAILABLE_ERRORS = (
     RedisConnectionError,
     RedisTimeoutError,
     ClusterError,  # ClusterDownError, MasterDownError, and "TTL exhausted" (redirects)
+    AskError,  # a redirect that escaped the client (a slot in migration): retry
+    MovedError,
     SlotNotCoveredError,  # a cluster client between slot maps (a failover)
     TryAgainError,
     ReadOnlyError,

@@ -6,6 +6,7 @@ lives with its callers. Every multi-key call stays in one `{pN}` slot.
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import random
 import secrets
@@ -350,10 +351,11 @@ class JobQueue:
     async def _claims(self, logical_key: str, places: Sequence[int]) -> dict[int, Claim | None]:
         """What the claim key of `logical_key` holds in each of `places`, one round trip."""
         digest = self.keys.digest(logical_key)
-        pipe = self.redis.pipeline(transaction=False)
-        for partition in places:
-            pipe.get(self.keys.idempotency(partition, digest))
-        replies = await pipe.execute()
+        # Concurrent single GETs, not a pipeline: the places are in different slots, and on a
+        # cluster a lone command follows MOVED/ASK redirects (a slot in migration) by itself.
+        replies = await asyncio.gather(
+            *(self.redis.get(self.keys.idempotency(partition, digest)) for partition in places)
+        )
         return {p: parse_claim(raw) for p, raw in zip(places, replies, strict=True)}
 
     async def _claim_elsewhere(self, tenant: str, logical_key: str, routed: int) -> Claim | None:
