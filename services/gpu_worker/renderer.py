@@ -25,14 +25,9 @@ MAX_ALPHA = 0.99  # as 3DGS: no single splat hides everything behind it complete
 MIN_ALPHA = 1.0 / 255.0  # below one 8-bit step a splat cannot change the output
 # Stop compositing a group of tiles once every pixel's remaining transmittance is below this.
 T_EPSILON = 1e-4
-# Elements of one [tiles, pixels, gaussians] intermediate (float32); a chunk step holds about
-# ten of them, so a render's peak memory is bounded whatever the scene size. On CUDA ~16 MiB
-# each (a few hundred MiB peak) keeps the kernels large. On the CPU a group of 4 tiles (1 MiB
-# each) stays in cache: a preview render peaks at ~40 MiB instead of ~370 MiB and takes half
-# the CPU time (a full one a third), and since a CPU worker's allocator keeps about one such
-# peak per thread that renders, this bounds its resident memory (docs/operations.md#memory).
+# Elements of one [tiles, pixels, gaussians] intermediate (float32): ~16 MiB each; a chunk step
+# holds about ten of them, so peak memory is a few hundred MiB whatever the scene size.
 GROUP_BUDGET = 1 << 22
-CPU_GROUP_BUDGET = 1 << 18
 CHUNK = 256  # Gaussians composited per step within every tile of a group
 
 
@@ -79,8 +74,7 @@ def render(
 
     colour = torch.zeros(n_tiles, pix, 3, device=device)
     trans = torch.ones(n_tiles, pix, device=device)
-    budget = GROUP_BUDGET if device.type == "cuda" else CPU_GROUP_BUDGET
-    group = max(1, budget // (pix * CHUNK))
+    group = max(1, GROUP_BUDGET // (pix * CHUNK))
     counts_host = per_tile.tolist()
     for first in range(0, n_tiles, group):
         last = min(n_tiles, first + group)
