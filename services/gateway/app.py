@@ -23,6 +23,7 @@ from redis.exceptions import (
     BusyLoadingError,
     ClusterError,
     MovedError,
+    NoScriptError,
     OutOfMemoryError,
     ReadOnlyError,
     SlotNotCoveredError,
@@ -81,6 +82,7 @@ UNAVAILABLE_ERRORS = (
     ClusterError,  # ClusterDownError, MasterDownError, and "TTL exhausted" (redirects)
     AskError,  # a redirect that escaped the client (a slot in migration): retry
     MovedError,
+    NoScriptError,  # a node that lost its script cache (failover) past the reload budget
     SlotNotCoveredError,  # a cluster client between slot maps (a failover)
     TryAgainError,
     ReadOnlyError,
