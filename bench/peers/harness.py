@@ -13,7 +13,7 @@ import os
 import signal
 import time
 from collections.abc import Awaitable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
@@ -46,6 +46,14 @@ class Measurement:
     steady_per_s: float  # from the first finished job to the last
     from_spawn_per_s: float  # includes interpreter and library start-up
     redis_cpu_us_per_job: float  # Redis's own CPU (INFO cpu), enqueue through drain, per job
+    enqueue_cpu_us_per_job: float = 0.0  # the enqueue phase alone (INFO cpu)
+    drain_cpu_us_per_job: float = 0.0  # the drain phase alone (INFO cpu)
+    # Redis's used_memory after the drain less before the enqueue, per job: what a finished
+    # job leaves behind (records, histories, indexes) until retention removes it.
+    retained_bytes_per_job: float = 0.0
+    # INFO commandstats per phase: command -> (calls per job, usec per job)
+    enqueue_commands: dict[str, tuple[float, float]] = field(default_factory=dict)
+    drain_commands: dict[str, tuple[float, float]] = field(default_factory=dict)
 
 
 async def _redis_cpu_s(redis_url: str) -> float:
@@ -58,6 +66,40 @@ async def _redis_cpu_s(redis_url: str) -> float:
         return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
     finally:
         await client.aclose()
+
+
+async def _redis_memory(redis_url: str) -> int:
+    """Redis's used_memory in bytes."""
+    from redis.asyncio import Redis  # noqa: PLC0415 - keeps the adapters' imports first
+
+    client = Redis.from_url(redis_url)
+    try:
+        return int((await client.info("memory"))["used_memory"])
+    finally:
+        await client.aclose()
+
+
+async def _command_stats(redis_url: str, reset: bool) -> dict[str, tuple[int, int]]:
+    """INFO commandstats as command -> (calls, usec), then CONFIG RESETSTAT when `reset`."""
+    from redis.asyncio import Redis  # noqa: PLC0415 - keeps the adapters' imports first
+
+    client = Redis.from_url(redis_url)
+    try:
+        info = await client.info("commandstats")
+        if reset:
+            await client.config_resetstat()
+    finally:
+        await client.aclose()
+    return {
+        name.removeprefix("cmdstat_"): (int(v["calls"]), int(v["usec"]))
+        for name, v in info.items()
+        if isinstance(v, dict)
+    }
+
+
+def _per_job(stats: dict[str, tuple[int, int]], n: int) -> dict[str, tuple[float, float]]:
+    skip = {"info", "config|resetstat", "config", "flushall", "scan", "unlink"}
+    return {k: (c / n, u / n) for k, (c, u) in stats.items() if k not in skip}
 
 
 async def _stop(proc: asyncio.subprocess.Process) -> None:
@@ -82,10 +124,14 @@ async def check(
 ) -> Measurement:
     """One round. Raises AssertionError/TimeoutError on a failed check."""
     await peer.reset(redis_url)
+    mem0 = await _redis_memory(redis_url)
+    await _command_stats(redis_url, reset=True)
     cpu0 = await _redis_cpu_s(redis_url)
     t0 = time.perf_counter()
     await peer.enqueue(redis_url, n_jobs)
     enqueue_s = time.perf_counter() - t0
+    cpu_enqueued = await _redis_cpu_s(redis_url)
+    enqueue_commands = _per_job(await _command_stats(redis_url, reset=True), n_jobs)
     before = await peer.remaining(redis_url)
     assert before == n_jobs, f"{peer.NAME}: remaining={before} after enqueue, want {n_jobs}"
 
@@ -101,7 +147,9 @@ async def check(
             if first is None and left < n_jobs:
                 first = (now, left)
             if left == 0:
-                cpu_s = await _redis_cpu_s(redis_url) - cpu0
+                cpu_end = await _redis_cpu_s(redis_url)
+                cpu_s = cpu_end - cpu0
+                drain_commands = _per_job(await _command_stats(redis_url, reset=False), n_jobs)
                 break
             if proc.returncode is not None:
                 raise AssertionError(f"{peer.NAME}: worker exited {proc.returncode}, {left} left")
@@ -110,6 +158,9 @@ async def check(
             await asyncio.sleep(POLL_S)
     finally:
         await _stop(proc)
+        # What the finished jobs leave behind, after the worker has gone (its own connection
+        # and consumer state go with it).
+        retained = (await _redis_memory(redis_url) - mem0) / n_jobs
         await peer.reset(redis_url)
 
     assert first is not None
@@ -122,7 +173,18 @@ async def check(
             f"{done - spawned:.2f} s from spawn ({from_spawn:,.0f} jobs/s incl. worker start-up), "
             f"{steady:,.0f} jobs/s from the first finished job"
         )
-    return Measurement(peer.NAME, n_jobs / enqueue_s, steady, from_spawn, cpu_s * 1e6 / n_jobs)
+    return Measurement(
+        peer.NAME,
+        n_jobs / enqueue_s,
+        steady,
+        from_spawn,
+        cpu_s * 1e6 / n_jobs,
+        enqueue_cpu_us_per_job=(cpu_enqueued - cpu0) * 1e6 / n_jobs,
+        drain_cpu_us_per_job=(cpu_end - cpu_enqueued) * 1e6 / n_jobs,
+        retained_bytes_per_job=retained,
+        enqueue_commands=enqueue_commands,
+        drain_commands=drain_commands,
+    )
 
 
 async def main() -> None:
