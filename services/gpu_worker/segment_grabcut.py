@@ -32,6 +32,11 @@ MIN_PRIOR = 0.002
 # sure, the band between is decided again at the finer scale.
 REFINE_MARGIN = 0.15
 REFINE_BAND = 0.1
+# Cast shadows: looked for within this fraction of the region's short side of the edge, a
+# pixel is shadow when its colour over the local backdrop's is one factor in all channels
+# (within SHADOW_TINT of its mean).
+SHADOW_REACH = 0.05
+SHADOW_TINT = 0.12
 # Connected parts smaller than this fraction of the largest are specks, not object.
 MIN_PART = 0.15
 # Holes smaller than this fraction of the object are filled (GrabCut pits on highlights).
@@ -153,7 +158,27 @@ def _second_pass(region: np.ndarray, prior: np.ndarray) -> np.ndarray:
     edge = max(1, round(0.02 * min(height, width)))
     labels[:edge], labels[-edge:], labels[:, :edge], labels[:, -edge:] = (cv2.GC_BGD,) * 4
     labels = _grabcut(region, labels)
-    return _clean((labels == cv2.GC_FGD) | (labels == cv2.GC_PR_FGD))
+    found = _clean((labels == cv2.GC_FGD) | (labels == cv2.GC_PR_FGD))
+    return _clean(found & ~_cast_shadow(region, found))
+
+
+def _cast_shadow(rgb: np.ndarray, found: np.ndarray) -> np.ndarray:
+    """Pixels near the object's edge that are its shadow, not it: the local backdrop
+    (the background's colours spread inwards) darkened by a common factor in every channel
+    -- same colour, less light. GrabCut keeps a contact shadow with a dark-edged object."""
+    height, width = found.shape
+    background = (~found).astype(np.float32)
+    sigma = SHADOW_REACH * min(height, width)
+    spread = cv2.GaussianBlur(rgb.astype(np.float32) * background[..., None], (0, 0), sigma)
+    weight = cv2.GaussianBlur(background, (0, 0), sigma)[..., None]
+    backdrop = spread / np.maximum(weight, 1e-3)
+    ratio = (rgb.astype(np.float32) + 4.0) / (backdrop + 4.0)
+    light = ratio.mean(axis=-1)
+    tint = (ratio.max(axis=-1) - ratio.min(axis=-1)) / np.maximum(light, 1e-3)
+    near = cv2.distanceTransform(found.astype(np.uint8), cv2.DIST_L2, 3) < sigma
+    return found & near & (weight[..., 0] > 0.05) & (light > 0.25) & (light < 0.95) & (
+        tint < SHADOW_TINT
+    )
 
 
 def _grown_box(mask: np.ndarray, scale: float, width: int, height: int) -> tuple[int, ...]:

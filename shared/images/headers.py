@@ -362,12 +362,14 @@ def _webp_orientation(data: bytes) -> int:
 def _isobmff_header(data: bytes, fmt: ImageFormat) -> ImageHeader:
     """From the boxes (shared/images/isobmff.py). libheif turns a HEIC upright while
     decoding (its irot/imir; a HEIF's EXIF orientation is informative only), Pillow's AVIF
-    decoder does not: there the transforms become the orientation to apply."""
+    decoder does not: there the transforms become the orientation to apply. The size is the
+    coded one (`ispe`, or the grid's): what the decoder allocates; a clean aperture (clap)
+    only makes the decoded picture smaller, which the decoders' callers accept."""
     layout = isobmff.read_layout(data)
     orientation = from_transforms(layout.transforms)
     bpp = 4 if layout.has_alpha or layout.bit_depth > 8 else 3
     if fmt is HEIF:
-        width, height = layout.displayed
+        width, height = upright_size(layout.width, layout.height, orientation)
         return ImageHeader(HEIF, width, height, bytes_per_pixel=bpp)
     # Pillow holds every RGB(A) image at 4 bytes a pixel.
     return ImageHeader(AVIF, layout.width, layout.height, orientation=orientation)

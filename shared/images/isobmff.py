@@ -64,9 +64,6 @@ class HeifLayout:
     width: int
     height: int
     transforms: tuple[tuple[str, int], ...] = ()
-    # The size once every transform is applied, the clean aperture (clap: an encoder's
-    # padding cut off) included, as libheif decodes it; Pillow's AVIF decoder applies none.
-    displayed: tuple[int, int] = (0, 0)
     has_alpha: bool = False
     bit_depth: int = 8
     items: int = 0
@@ -333,8 +330,7 @@ def read_layout(data: bytes) -> HeifLayout:
         primary_type=kind,
         width=width,
         height=height,
-        transforms=tuple((op, int(a)) for op, a, _ in ops if op != "clap"),
-        displayed=_displayed(width, height, ops),
+        transforms=ops,
         has_alpha=_has_alpha(walk, meta, primary),
         bit_depth=depth,
         items=len(meta.types),
@@ -342,39 +338,20 @@ def read_layout(data: bytes) -> HeifLayout:
     )
 
 
-_Op = tuple[str, float, float]
-
-
-def _displayed(width: int, height: int, ops: list[_Op]) -> tuple[int, int]:
-    """The size after the transforms in order: a quarter turn swaps the sides, a clean
-    aperture cuts them (never beyond the coded size, rounded as libheif rounds)."""
-    w, h = width, height
-    for op, a, b in ops:
-        if op == "irot" and int(a) % 2:
-            w, h = h, w
-        elif op == "clap":
-            w, h = max(1, min(w, int(a + 0.5))), max(1, min(h, int(b + 0.5)))
-    return w, h
-
-
 def _primary_geometry(
     walk: _Walk, meta: _Meta, primary: int, tiles: list[int]
-) -> tuple[int, int, list[_Op], int]:
+) -> tuple[int, int, tuple[tuple[str, int], ...], int]:
     width = height = 0
     depth = 8
-    ops: list[_Op] = []
+    ops: list[tuple[str, int]] = []
     data = walk.data
     for kind, s, e in walk.item_properties(meta, primary):
         if kind == b"ispe" and e - s >= 12:
             width, height = struct.unpack_from(">II", data, s + 4)
         elif kind == b"irot" and e - s >= 1:
-            ops.append(("irot", data[s] & 3, 0))
+            ops.append(("irot", data[s] & 3))
         elif kind == b"imir" and e - s >= 1:
-            ops.append(("imir", data[s] & 1, 0))
-        elif kind == b"clap" and e - s >= 16:
-            wn, wd, hn, hd = struct.unpack_from(">IIII", data, s)
-            if wd and hd:
-                ops.append(("clap", wn / wd, hn / hd))
+            ops.append(("imir", data[s] & 1))
         elif kind == b"pixi" and e - s >= 5:
             depth = max([depth, *data[s + 5 : min(e, s + 5 + data[s + 4])]])
     if tiles:
@@ -392,7 +369,7 @@ def _primary_geometry(
         width, height = max(width, out_w), max(height, out_h)
     if width <= 0 or height <= 0:
         raise walk.fail("the primary image has no size (ispe)")
-    return int(width), int(height), ops, depth
+    return int(width), int(height), tuple(ops), depth
 
 
 def _has_alpha(walk: _Walk, meta: _Meta, primary: int) -> bool:
