@@ -211,21 +211,29 @@ def main() -> None:
                 f" | {r['source']} | {r['segmented_ms']} |"
             )
         seg = [float(r["segmented"]) for r in rows]  # type: ignore[arg-type]
-        print(f"\nsegmented: min {min(seg):.3f}, mean {np.mean(seg):.3f}; "
-              f"{sum(s >= TARGET_IOU for s in seg)}/{len(seg)} at or above {TARGET_IOU}")
+        print(
+            f"\nsegmented: min {min(seg):.3f}, mean {np.mean(seg):.3f}; "
+            f"{sum(s >= TARGET_IOU for s in seg)}/{len(seg)} at or above {TARGET_IOU}"
+        )
     if not args.skip_decode:
         os.makedirs(args.folder, exist_ok=True)
         rows = decode_table(args.folder)
-        print("\n| photo | file | gateway validate: ms / CPU ms / peak MiB |"
-              " worker decode to 1024 px: ms / CPU ms / peak MiB |")
+        print(
+            "\n| photo | file | gateway validate: ms / CPU ms / peak MiB |"
+            " worker decode to 1024 px: ms / CPU ms / peak MiB |"
+        )
         print("|---|---|---|---|")
         for r in rows:
             g, w = r["gateway"], r["worker"]
-            assert isinstance(g, dict) and isinstance(w, dict)
-            print(f"| {r['photo']} | {int(r['bytes']) / 2**20:.1f} MiB "  # type: ignore[call-overload]
-                  f"| {g['ms']} / {g['cpu_ms']} / {g['peak_mib']} "
-                  f"| {w['ms']} / {w['cpu_ms']} / {w['peak_mib']} |")
-    print(f"\n(peak RSS of this process: {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024} MiB)")
+            assert isinstance(g, dict)
+            assert isinstance(w, dict)
+            print(
+                f"| {r['photo']} | {int(r['bytes']) / 2**20:.1f} MiB "  # type: ignore[call-overload]
+                f"| {g['ms']} / {g['cpu_ms']} / {g['peak_mib']} "
+                f"| {w['ms']} / {w['cpu_ms']} / {w['peak_mib']} |"
+            )
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024
+    print(f"\n(peak RSS of this process: {peak} MiB)")
 
 
 if __name__ == "__main__":

@@ -62,7 +62,7 @@ class OnnxRemover:
         while out.ndim > 2:
             out = out[0]
         if out.min() < 0.0 or out.max() > 1.0:
-            out = 1.0 / (1.0 + np.exp(-out))  # logits (BiRefNet) -> probability
+            out = (1.0 / (1.0 + np.exp(-out))).astype(np.float32)  # logits -> probability
         prob = Image.fromarray(out.astype(np.float32), "F")
         resized = prob.resize((width, height), Image.Resampling.BILINEAR)
         return np.clip(np.asarray(resized, np.float32), 0.0, 1.0)

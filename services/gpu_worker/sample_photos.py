@@ -14,7 +14,8 @@ from dataclasses import dataclass
 import numpy as np
 from PIL import Image
 
-from splatq.services.gpu_worker.samples import sample_image
+# mypy takes the samples/ data folder beside samples.py for a namespace package
+from splatq.services.gpu_worker.samples import sample_image  # type: ignore[attr-defined]
 
 
 @dataclass(frozen=True)
@@ -73,7 +74,8 @@ _DRAW_SIDE = 192
 
 @functools.cache
 def _drawn(side: int, seed: int) -> Image.Image:
-    return sample_image(side, seed=seed)
+    drawn: Image.Image = sample_image(side, seed=seed)
+    return drawn
 
 
 def _figure(side: int, seed: int) -> np.ndarray:
@@ -92,14 +94,17 @@ def _shadow(alpha: np.ndarray, side: int) -> np.ndarray:
     moved = np.zeros_like(alpha)
     moved[shift:, shift:] = alpha[:-shift, :-shift]
     small = Image.fromarray((moved * 255).astype(np.uint8))
-    blurred = small.resize((max(1, small.width // 8), max(1, small.height // 8)), Image.BILINEAR)
-    return np.asarray(blurred.resize(small.size, Image.BILINEAR), dtype=np.float64) / 255.0
+    blurred = small.resize(
+        (max(1, small.width // 8), max(1, small.height // 8)), Image.Resampling.BILINEAR
+    )
+    out: np.ndarray = np.asarray(blurred.resize(small.size, Image.Resampling.BILINEAR), np.float64)
+    return out / 255.0
 
 
 def _vignette(h: int, w: int) -> np.ndarray:
     y, x = np.mgrid[0:h, 0:w]
     r2 = ((x - w / 2) / (w / 2)) ** 2 + ((y - h / 2) / (h / 2)) ** 2
-    return 1.0 - 0.12 * r2 / 2
+    return np.asarray(1.0 - 0.12 * r2 / 2, np.float64)
 
 
 def _gradient(rng: np.random.Generator, h: int, w: int) -> np.ndarray:
@@ -111,7 +116,8 @@ def _gradient(rng: np.random.Generator, h: int, w: int) -> np.ndarray:
 def _smooth_noise(rng: np.random.Generator, h: int, w: int, cells: int) -> np.ndarray:
     """[h, w] in [0, 1]: random values on a coarse grid, bicubically enlarged."""
     grid = (rng.uniform(0, 255, (cells, max(2, cells * w // h)))).astype(np.uint8)
-    return np.asarray(Image.fromarray(grid).resize((w, h), Image.BICUBIC), np.float64) / 255
+    enlarged = Image.fromarray(grid).resize((w, h), Image.Resampling.BICUBIC)
+    return np.asarray(enlarged, np.float64) / 255
 
 
 def _texture(rng: np.random.Generator, h: int, w: int) -> np.ndarray:
@@ -122,7 +128,7 @@ def _texture(rng: np.random.Generator, h: int, w: int) -> np.ndarray:
     fine = _smooth_noise(rng, h, w, 60)
     light, dark = rng.uniform(0.45, 0.85, 3), rng.uniform(0.15, 0.5, 3)
     mix = np.clip(0.7 * grain + 0.3 * fine, 0, 1)[..., None]
-    return light * mix + dark * (1 - mix)
+    return np.asarray(light * mix + dark * (1 - mix), np.float64)
 
 
 def _tiles(rng: np.random.Generator, h: int, w: int) -> np.ndarray:
@@ -132,7 +138,7 @@ def _tiles(rng: np.random.Generator, h: int, w: int) -> np.ndarray:
     check = (np.sin(2 * np.pi * x / period) * np.sin(2 * np.pi * y / period) > 0)[..., None]
     a, b = rng.uniform(0.5, 0.95, 3), rng.uniform(0.1, 0.55, 3)
     weave = 0.92 + 0.08 * np.sin(2 * np.pi * (x + y) * 180)[..., None]
-    return np.where(check, a, b) * weave
+    return np.asarray(np.where(check, a, b) * weave, np.float64)
 
 
 _BACKDROPS = {"gradient": _gradient, "texture": _texture, "tiles": _tiles}

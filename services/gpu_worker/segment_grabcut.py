@@ -97,7 +97,10 @@ def _grabcut(rgb: np.ndarray, labels: np.ndarray) -> np.ndarray:
         return labels
     if not ((labels == cv2.GC_BGD) | (labels == cv2.GC_PR_BGD)).any():
         return labels
-    cv2.grabCut(_shadow_tolerant(rgb), labels, None, bgd, fgd, ITERATIONS, cv2.GC_INIT_WITH_MASK)
+    # The rectangle is ignored when seeding from the mask.
+    cv2.grabCut(
+        _shadow_tolerant(rgb), labels, (0, 0, 0, 0), bgd, fgd, ITERATIONS, cv2.GC_INIT_WITH_MASK
+    )
     return labels
 
 
@@ -133,7 +136,8 @@ def _unexplained_by_border(small: np.ndarray, border: np.ndarray) -> np.ndarray:
     samples = lab[border]
     k = min(BORDER_CLUSTERS, len(samples))
     criteria = (cv2.TERM_CRITERIA_EPS + cv2.TERM_CRITERIA_MAX_ITER, 20, 0.5)
-    _, assigned, centres = cv2.kmeans(samples, k, None, criteria, 1, cv2.KMEANS_PP_CENTERS)
+    seed = np.zeros((len(samples), 1), np.int32)  # unused: the centres come from k-means++
+    _, assigned, centres = cv2.kmeans(samples, k, seed, criteria, 1, cv2.KMEANS_PP_CENTERS)
     flat = lab.reshape(-1, 3)
     nearest = np.full(len(flat), np.inf, np.float32)
     for centre in centres:
@@ -176,8 +180,13 @@ def _cast_shadow(rgb: np.ndarray, found: np.ndarray) -> np.ndarray:
     light = ratio.mean(axis=-1)
     tint = (ratio.max(axis=-1) - ratio.min(axis=-1)) / np.maximum(light, 1e-3)
     near = cv2.distanceTransform(found.astype(np.uint8), cv2.DIST_L2, 3) < sigma
-    return found & near & (weight[..., 0] > 0.05) & (light > 0.25) & (light < 0.95) & (
-        tint < SHADOW_TINT
+    return np.asarray(
+        found
+        & near
+        & (weight[..., 0] > 0.05)
+        & (light > 0.25)
+        & (light < 0.95)
+        & (tint < SHADOW_TINT)
     )
 
 
@@ -198,13 +207,17 @@ def _grown_box(mask: np.ndarray, scale: float, width: int, height: int) -> tuple
 def _clean(mask: np.ndarray) -> np.ndarray:
     """The object's parts (the largest connected component and those at least MIN_PART of
     it), with small holes filled."""
-    count, labels, stats, _ = cv2.connectedComponentsWithStats(mask.astype(np.uint8), 8)
+    count, labels, stats, _ = cv2.connectedComponentsWithStats(
+        mask.astype(np.uint8), connectivity=8
+    )
     if count <= 1:
         return np.zeros_like(mask, dtype=bool)
     areas = stats[1:, cv2.CC_STAT_AREA]
     keep = np.flatnonzero(areas >= MIN_PART * areas.max()) + 1
     parts = np.isin(labels, keep)
-    holes_n, holes, hole_stats, _ = cv2.connectedComponentsWithStats((~parts).astype(np.uint8), 4)
+    holes_n, holes, hole_stats, _ = cv2.connectedComponentsWithStats(
+        (~parts).astype(np.uint8), connectivity=4
+    )
     limit = MAX_HOLE * parts.sum()
     for i in range(1, holes_n):
         x, y, w, h, area = hole_stats[i]

@@ -234,7 +234,7 @@ class StageHandlers:
                 files[MASK_PNG] = prepared.mask_png
             return files, facts
 
-        names = ("image.pt", QUICK_IMAGE) if quick else ("image.pt",)
+        names: tuple[str, ...] = ("image.pt", QUICK_IMAGE) if quick else ("image.pt",)
         if self.gpu.remover is not None:
             names += (MASK_PNG,)
         return await self._stage(ctx, PipelineStage.INGEST, digest, names, work)

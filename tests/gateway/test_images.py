@@ -74,7 +74,7 @@ OVERSIZED: list[tuple[str, Factory]] = [
     ("huge_jpeg_header", lambda: corpus.huge_jpeg_header(30_000, 30_000)),
     ("huge_webp_header", lambda: corpus.huge_webp_header(12_000, 12_000)),
     ("bomb_png", lambda: corpus.bomb_png(20_000, 20_000)),
-    ("bomb_png_under_side_limit", lambda: corpus.bomb_png(8_000, 8_000)),
+    ("bomb_png_under_side_limit", lambda: corpus.bomb_png(10_000, 10_000)),
 ]
 
 

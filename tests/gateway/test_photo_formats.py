@@ -87,7 +87,8 @@ def test_heic_is_decoded_upright_by_libheif_and_needs_no_turn(orientation: int) 
     upright = apply(_PIXELS, orientation)
     decoded = np.asarray(pillow_heif.open_heif(io.BytesIO(data)))
     assert decoded.shape[:2] == upright.shape[:2]
-    assert header.width >= decoded.shape[1] and header.height >= decoded.shape[0]
+    assert header.width >= decoded.shape[1]
+    assert header.height >= decoded.shape[0]
     # lossy: the right turn is far closer than any other
     errors = {
         o: float(np.abs(decoded.astype(int) - apply(_PIXELS, o).astype(int)).mean())
@@ -120,7 +121,9 @@ HEIF_HOSTILE = [
 ]
 
 
-@pytest.mark.parametrize(("factory", "code"), [pytest.param(f, c, id=n) for n, f, c in HEIF_HOSTILE])
+@pytest.mark.parametrize(
+    ("factory", "code"), [pytest.param(f, c, id=n) for n, f, c in HEIF_HOSTILE]
+)
 def test_heif_bombs_are_refused_from_the_boxes_before_any_decoder(
     factory: Any, code: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
