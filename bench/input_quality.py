@@ -140,21 +140,24 @@ def iou_table(scenes: tuple[Scene, ...], res: int) -> list[dict[str, object]]:
 # -- decode cost --------------------------------------------------------------------------
 
 _CHILD = """
-import json, resource, sys, time
+import json, sys, time
 from splatq.services.gateway.images import validate_image
 from splatq.services.gpu_worker.images import decode_photo
 from splatq.shared.images.headers import DecodeLimits
 data = open(sys.argv[1], "rb").read()
-def rss():
-    return int(open("/proc/self/statm").read().split()[1]) * 4096
-base = rss()
+def status(field):
+    for line in open("/proc/self/status"):
+        if line.startswith(field):
+            return int(line.split()[1]) * 1024
+open("/proc/self/clear_refs", "w").write("5")  # resets the peak (VmHWM) to the current RSS
+base = status("VmRSS:")
 wall, cpu = time.perf_counter(), time.process_time()
 if sys.argv[2] == "gateway":
     validate_image(data)
 else:
     decode_photo(data, 1024, DecodeLimits())
 wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
-peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+peak = status("VmHWM:")
 print(json.dumps({"ms": round(wall * 1000), "cpu_ms": round(cpu * 1000),
                   "peak_mib": round(max(0, peak - base) / 2**20, 1)}))
 """
