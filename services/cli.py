@@ -225,7 +225,17 @@ def _worker(args: argparse.Namespace, settings: Settings) -> int:
     factory = _load_factory(spec, DEFAULT_HANDLER, "handler", "the default handler needs")
     if factory is None:
         return EXIT_CONFIG
-    asyncio.run(run_worker(settings, factory, burst=args.burst))
+    return _config_errors(lambda: asyncio.run(run_worker(settings, factory, burst=args.burst)))
+
+
+def _config_errors(run: Callable[[], object]) -> int:
+    """Run a worker; a handler factory's SettingsError (e.g. SPLATQ_FOREGROUND=learned
+    without its model file) is a configuration error, said on stderr: exit 78."""
+    try:
+        run()
+    except SettingsError as exc:
+        print(f"splatq worker: configuration error: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
     return 0
 
 
@@ -254,8 +264,9 @@ def _stage_worker(
     if factory is None:
         return EXIT_CONFIG
     service = stage_service(stages)
-    asyncio.run(run_stage_workers(settings, factory, stages, service))
-    return 0
+    return _config_errors(
+        lambda: asyncio.run(run_stage_workers(settings, factory, stages, service))
+    )
 
 
 def stage_service(stages: tuple[PipelineStage, ...]) -> str:

@@ -172,10 +172,12 @@ class Settings:
     gateway_port: int = 8080
     gateway_host: str = "0.0.0.0"
     max_upload_bytes: int = 20 * 1024 * 1024
-    max_image_pixels: int = 40_000_000
+    # Phone photos (48-64 MP) fit; a JPEG decodes DCT-scaled (shared/images/headers.py).
+    max_image_pixels: int = 80_000_000
     # Pre-decode bounds on an upload (shared/images/headers.py), checked by the gateway and
-    # the worker: bytes one decoded image may take, scans of a progressive JPEG.
-    max_decode_bytes: int = 128 * 1024 * 1024
+    # the worker: bytes one decoded image may take (a 50 MP HEIC decodes whole at 3 bytes a
+    # pixel), scans of a progressive JPEG.
+    max_decode_bytes: int = 150 * 1024 * 1024
     max_jpeg_scans: int = 32
     # Uploads decoded at once per gateway process, and per tenant within that (past a
     # bounded wait: 429 too_many_decodes for the tenant, 503 overloaded for the process).
@@ -358,6 +360,14 @@ class Settings:
     device: str = "auto"
     model: str = "builtin"
     model_checkpoint: str = ""
+    # Foreground (issue #22; services/gpu_worker/foreground.py): how stage 0 separates the
+    # object from its backdrop when the input has no cut-out alpha -- `segment` (the
+    # built-in GrabCut), `learned` (the ONNX remover at foreground_model, a local file; the
+    # worker refuses to start without it), `none` (the model gets the whole frame) -- and
+    # the margin around the object's box that recentring keeps (a fraction of its side).
+    foreground: str = "segment"
+    foreground_model: str = ""
+    foreground_margin: float = 0.1
     job_handler: str = ""
     # Dynamic batching (Triton / Ray Serve semantics): a batch leaves when it holds
     # `batch_max_size` jobs, or `batch_max_wait_ms` after its first job arrived, or when the
@@ -678,6 +688,11 @@ class Settings:
             device=_choice(e, "SPLATQ_DEVICE", d.device, frozenset({"auto", "cpu", "cuda"})),
             model=e.get("SPLATQ_MODEL", "").strip() or d.model,
             model_checkpoint=e.get("SPLATQ_MODEL_CHECKPOINT", "").strip(),
+            foreground=_choice(
+                e, "SPLATQ_FOREGROUND", d.foreground, frozenset({"segment", "learned", "none"})
+            ),
+            foreground_model=e.get("SPLATQ_FOREGROUND_MODEL", "").strip(),
+            foreground_margin=_float(e, "SPLATQ_FOREGROUND_MARGIN", d.foreground_margin, 0.0, 1.0),
             batch_max_size=_int(e, "SPLATQ_BATCH_MAX_SIZE", d.batch_max_size, 1),
             batch_max_wait_ms=_int(e, "SPLATQ_BATCH_MAX_WAIT_MS", d.batch_max_wait_ms, 0),
             batch_max_pixels=_int(e, "SPLATQ_BATCH_MAX_PIXELS", d.batch_max_pixels, 0),

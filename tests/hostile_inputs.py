@@ -1,5 +1,6 @@
 """Hostile images, generated deterministically and in memory: JPEG scan bombs, pixel floods,
-truncated headers, wrong magic and a size that disagrees with the data.
+truncated headers, wrong magic, a size that disagrees with the data, and HEIF/AVIF bombs
+(declared sizes, item and tile floods, boxes and data past the end).
 
 Test data only: builds bytes with Pillow and a few hand-written chunks, never opens a file.
 """
@@ -11,6 +12,8 @@ import io
 import struct
 import zlib
 
+import numpy as np
+import pillow_heif
 from PIL import Image
 
 from tests.gateway.corpus import PNG_SIGNATURE, png_chunk
@@ -166,3 +169,113 @@ def jpeg_size_disagrees_with_data(side: int = 64) -> bytes:
     sof = next(i for i, m in jpeg_markers(bytes(data)) if m == 0xC0)
     struct.pack_into(">H", data, sof + 5, side * 4)
     return bytes(data)
+
+
+# -- HEIF/HEIC and AVIF -------------------------------------------------------------------
+
+
+@functools.cache
+def heic_photo(width: int = 64, height: int = 48, tile_size: int = 0, seed: int = 0) -> bytes:
+    """A real HEIC (pillow-heif's x265) of a gradient with noise; a grid of tiles when
+    `tile_size` is set (as phones store large photos)."""
+    rng = np.random.default_rng(seed)
+    ramp = np.linspace(0, 255, width, dtype=np.float64)[None, :, None]
+    pixels = np.clip(ramp + rng.normal(0, 8, (height, width, 3)), 0, 255).astype(np.uint8)
+    buffer = io.BytesIO()
+    params: dict[str, object] = {"quality": 80}
+    if tile_size:
+        params["tile_size"] = tile_size
+    pillow_heif.from_pillow(Image.fromarray(pixels)).save(buffer, **params)
+    return buffer.getvalue()
+
+
+def avif_photo(width: int = 64, height: int = 48) -> bytes:
+    """A real AVIF (Pillow's own encoder) of a gradient."""
+    image = Image.linear_gradient("L").resize((width, height)).convert("RGB")
+    return _encode(image, "AVIF", quality=70)
+
+
+def _with_ispe(data: bytes, width: int, height: int) -> bytes:
+    """`data` with every `ispe` property rewritten to declare width x height."""
+    out = bytearray(data)
+    at = out.find(b"ispe")
+    while at >= 0:
+        struct.pack_into(">II", out, at + 8, width, height)  # after type, version/flags
+        at = out.find(b"ispe", at + 4)
+    return bytes(out)
+
+
+def heic_size_bomb(side: int = 60_000) -> bytes:
+    """A real 64x48 HEIC whose `ispe` declares side x side: a decoder trusting it allocates
+    side^2 pixels (60,000^2 = 3.6 G). Refused from the boxes, before any decoder."""
+    return _with_ispe(heic_photo(), side, side)
+
+
+def avif_size_bomb(side: int = 60_000) -> bytes:
+    """The same for AVIF."""
+    return _with_ispe(avif_photo(), side, side)
+
+
+def _box(kind: bytes, payload: bytes) -> bytes:
+    return struct.pack(">I", 8 + len(payload)) + kind + payload
+
+
+def _full_box(kind: bytes, payload: bytes, version: int = 0) -> bytes:
+    return _box(kind, bytes([version, 0, 0, 0]) + payload)
+
+
+def _heif(items: list[tuple[int, bytes]], refs: bytes, props: bytes, assoc: bytes) -> bytes:
+    """A HEIF still: ftyp, then meta (hdlr pict, pitm 1, iinf, iref, iprp) and no data."""
+    infos = b"".join(
+        _full_box(b"infe", struct.pack(">HH", item, 0) + kind + b"\x00", version=2)
+        for item, kind in items
+    )
+    meta = _full_box(
+        b"meta",
+        _full_box(b"hdlr", b"\x00" * 4 + b"pict" + b"\x00" * 13)
+        + _full_box(b"pitm", struct.pack(">H", 1))
+        + _full_box(b"iinf", struct.pack(">H", len(items)) + infos)
+        + (_full_box(b"iref", refs) if refs else b"")
+        + _box(b"iprp", _box(b"ipco", props) + _full_box(b"ipma", assoc)),
+    )
+    return _box(b"ftyp", b"heic\x00\x00\x00\x00mif1heic") + meta
+
+
+def _ispe(width: int, height: int) -> bytes:
+    return _full_box(b"ispe", struct.pack(">II", width, height))
+
+
+def heif_item_flood(items: int = 5_000) -> bytes:
+    """A HEIF declaring `items` image items (libheif walks every one while opening):
+    ~100 kB for 5,000. Over the structure limit: image_too_complex."""
+    listed = [(i, b"hvc1") for i in range(1, items + 1)]
+    assoc = struct.pack(">IHBB", 1, 1, 1, 0x81)  # item 1 -> property 1 (ispe), essential
+    return _heif(listed, b"", _ispe(64, 64), assoc)
+
+
+def heif_grid_bomb(rows: int = 100, cols: int = 100) -> bytes:
+    """A HEIF grid of rows x cols tiles that all name one tiny tile item: a few dozen kB
+    whose decode runs the tile decoder rows x cols times. Past the tile limit:
+    image_too_complex."""
+    tiles = rows * cols
+    refs = _box(b"dimg", struct.pack(">HH", 1, tiles) + struct.pack(">H", 2) * tiles)
+    assoc = struct.pack(">I", 2) + struct.pack(">HBB", 1, 1, 0x81) + struct.pack(">HBB", 2, 1, 0x82)
+    props = _ispe(64 * cols, 64 * rows) + _ispe(64, 64)
+    return _heif([(1, b"grid"), (2, b"hvc1")], refs, props, assoc)
+
+
+def heif_boxes_past_end() -> bytes:
+    """A real HEIC whose meta box claims more bytes than the file holds."""
+    data = bytearray(heic_photo())
+    meta = data.index(b"meta") - 4
+    struct.pack_into(">I", data, meta, len(data) * 2)
+    return bytes(data)
+
+
+def heif_truncated() -> bytes:
+    """A real HEIC cut inside its coded data, its mdat box sized 0 ("to the end of the
+    file", which is legal): only the item's location (iloc) shows the data is missing."""
+    data = bytearray(heic_photo())
+    mdat = data.index(b"mdat") - 4
+    struct.pack_into(">I", data, mdat, 0)
+    return bytes(data[: mdat + 48])

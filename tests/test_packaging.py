@@ -198,6 +198,10 @@ def test_the_wheel_installs_in_a_fresh_venv_without_torch(wheel: Path, tmp_path:
         [python, "-c", "import torch"], check=False, cwd=tmp_path, capture_output=True, timeout=60
     )
     assert probe.returncode != 0, "torch got installed without the worker extra"
+    probe = subprocess.run(
+        [python, "-c", "import cv2"], check=False, cwd=tmp_path, capture_output=True, timeout=60
+    )
+    assert probe.returncode != 0, "OpenCV got installed without the worker extra"
     report = json.loads(_run(python, "-c", LIGHT_CHECK, cwd=tmp_path).stdout)
     assert report["torch"] is False
     assert report["version"] == version

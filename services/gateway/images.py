@@ -12,18 +12,21 @@ import zlib
 from dataclasses import dataclass
 
 from PIL import (
+    AvifImagePlugin,  # noqa: F401 - registered at import, not lazily inside a worker thread
     Image,
     ImageFile,
-    JpegImagePlugin,  # noqa: F401 - registered at import, not lazily inside a worker thread
+    JpegImagePlugin,  # noqa: F401
     PngImagePlugin,  # noqa: F401
     WebPImagePlugin,  # noqa: F401
 )
 
+from splatq.shared.images.decoders import DecodedSizeMismatch, load_heif
 from splatq.shared.images.headers import (
     DEFAULT_MAX_DECODE_BYTES,
     DEFAULT_MAX_JPEG_SCANS,
     DEFAULT_MAX_PIXELS,
     DEFAULT_MAX_SIDE,
+    HEIF,
     IMAGE_TOO_COMPLEX,
     IMAGE_TOO_LARGE,
     INVALID_IMAGE,
@@ -95,7 +98,8 @@ class ImageRejected(Exception):
 
 @dataclass(frozen=True)
 class ValidatedImage:
-    """An accepted upload. Width and height are as stored (before any EXIF orientation)."""
+    """An accepted upload. Width and height are as decoded, before `orientation` (EXIF 1-8,
+    read from the file's structure; the stored bytes keep it and the worker reads it again)."""
 
     mime: str
     extension: str  # without the dot, as `splatq.shared.storage.store.input_key` wants it
@@ -103,6 +107,7 @@ class ValidatedImage:
     height: int
     has_alpha: bool
     sha256: str  # hex digest of the exact bytes received
+    orientation: int = 1
 
 
 # Recognised only to say in the 415 what was sent; none of these is ever decoded.
@@ -117,33 +122,27 @@ _UNSUPPORTED_MAGIC: tuple[tuple[bytes, str], ...] = (
     (b"<svg", "SVG"),
     (b"PK\x03\x04", "ZIP"),
 )
-_ISO_BMFF_BRANDS: dict[bytes, str] = {
-    b"heic": "HEIC",
-    b"heix": "HEIC",
-    b"hevc": "HEIC",
-    b"heim": "HEIC",
-    b"heis": "HEIC",
-    b"mif1": "HEIF",
-    b"msf1": "HEIF",
-    b"avif": "AVIF",
-    b"avis": "AVIF",
-}
+ACCEPTED = "PNG, JPEG, WebP, HEIC/HEIF or AVIF"
 
 
 def sniff_format(data: bytes) -> tuple[str, str] | None:
-    """(mime, extension) when the magic bytes are PNG, JPEG or WebP; None otherwise."""
+    """(mime, extension) when the magic bytes are an accepted format; None otherwise."""
     fmt = sniff(data)
     return None if fmt is None else (fmt.mime, fmt.extension)
 
 
-def _describe_unsupported(data: bytes) -> str:
-    if data[4:8] == b"ftyp" and (brand := _ISO_BMFF_BRANDS.get(data[8:12])):
-        kind = brand
-    else:
-        head = data[:64].lstrip(b"\xef\xbb\xbf \t\r\n")  # SVG/XML may start with a BOM or space
-        kind = next((name for magic, name in _UNSUPPORTED_MAGIC if head.startswith(magic)), "")
+def _describe_unsupported(data: bytes, detail: str) -> str:
+    if sniff(data) is not None:
+        return detail  # a HEIF/AVIF whose primary image is of another codec: the reader says
+    if data[4:8] == b"ftyp":  # another ISO-BMFF file: MP4, MOV, JPEG 2000...
+        return (
+            "ISO-BMFF files other than HEIF/HEIC or AVIF still images are not accepted;"
+            f" send a {ACCEPTED} image"
+        )
+    head = data[:64].lstrip(b"\xef\xbb\xbf \t\r\n")  # SVG/XML may start with a BOM or space
+    kind = next((name for magic, name in _UNSUPPORTED_MAGIC if head.startswith(magic)), "")
     what = f"{kind} files are" if kind else "this content is"
-    return f"{what} not accepted; send a PNG, JPEG or WebP image"
+    return f"{what} not accepted; send a {ACCEPTED} image"
 
 
 def decode_limits(max_pixels: int, max_decode_bytes: int, max_jpeg_scans: int) -> DecodeLimits:
@@ -215,8 +214,13 @@ def _check_png_data_length(data: bytes) -> None:
 
 def _decode_completely(data: bytes, header: ImageHeader, limit: int) -> bool:
     """Decode every pixel (JPEG at 1/8 scale: the entropy-coded data is still read whole, so
-    truncation shows); True when the image has alpha."""
+    truncation shows; HEIC whole, through pillow-heif); True when the image has alpha."""
     fmt = header.format
+    if fmt is HEIF:
+        try:
+            return load_heif(data, header)[1]
+        except DecodedSizeMismatch as exc:
+            raise ImageRejected(INVALID_IMAGE, str(exc)) from None
     # `formats` keeps every other Pillow plugin away from these bytes.
     with Image.open(io.BytesIO(data), formats=list(fmt.pillow)) as image:
         if image.format not in fmt.pillow:
@@ -256,7 +260,11 @@ def inspect_upload(data: bytes, limits: DecodeLimits) -> ImageHeader:
         header = read_header(data, limits.max_jpeg_scans)
         check_limits(header, limits)
     except HeaderRejected as exc:
-        detail = _describe_unsupported(data) if exc.code == UNSUPPORTED_MEDIA_TYPE else exc.detail
+        detail = (
+            _describe_unsupported(data, exc.detail)
+            if exc.code == UNSUPPORTED_MEDIA_TYPE
+            else exc.detail
+        )
         raise ImageRejected(exc.code, detail) from None
     return header
 
@@ -299,6 +307,7 @@ def decode_upload(data: bytes, header: ImageHeader, max_pixels: int) -> Validate
         height=header.height,
         has_alpha=has_alpha,
         sha256=hashlib.sha256(data).hexdigest(),
+        orientation=header.orientation,
     )
 
 
@@ -313,7 +322,8 @@ def validate_image(
     max_decode_bytes: int = DEFAULT_MAX_DECODE_BYTES,
     max_jpeg_scans: int = DEFAULT_MAX_JPEG_SCANS,
 ) -> ValidatedImage:
-    """Accept a PNG, JPEG or WebP that decodes completely within the limits, or raise
+    """Accept a PNG, JPEG, WebP, HEIC/HEIF or AVIF that decodes completely within the
+    limits (judged on the upright picture: EXIF orientation or HEIF transforms), or raise
     ImageRejected (and nothing else, whatever the bytes): `inspect_upload`, then
     `decode_upload`. Synchronous and CPU-bound: the gateway runs it in a thread, under
     `decode_slots`, unless the upload is small enough to inspect and decode inline.
@@ -321,7 +331,8 @@ def validate_image(
     The format comes from the magic bytes only. Before any decoder runs, the structure is
     walked (`splatq.shared.images.headers`): the declared size against the pixel, side and memory
     limits, the JPEG scan count against `max_jpeg_scans`, a PNG's pixel data against its
-    declared size. Only then is every pixel decoded, so truncation shows.
+    declared size, a HEIF/AVIF's items, tiles and extents (`splatq.shared.images.isobmff`).
+    Only then is every pixel decoded, so truncation shows.
     """
     limits = DecodeLimits(_pixel_limit(max_pixels), max_side, max_decode_bytes, max_jpeg_scans)
     return decode_upload(data, inspect_upload(data, limits), max_pixels)

@@ -73,10 +73,10 @@ JOB_EXAMPLE: dict[str, Any] = {
             ("cleanup", None, None),
         )
     },
-    "cached": False, "model": "builtin", "compute_time_ms": 3430,
+    "cached": False, "model": "builtin", "foreground": "segmented", "compute_time_ms": 3430,
     "error": None,
     "artifacts": {name: f"{_JOB_URL}/artifacts/{name}"
-                  for name in ("gaussian_ply", "splat", "rendered_preview")},
+                  for name in ("gaussian_ply", "splat", "rendered_preview", "mask")},
     "metadata": {"order": "A-1042"},
     "urls": {"get": _JOB_URL, "cancel": f"{_JOB_URL}/cancel", "events": f"{_JOB_URL}/events"},
 }  # fmt: skip

@@ -115,7 +115,12 @@ SCHEMAS: dict[str, Any] = {
         "additionalProperties": False,
         "description": f"A submission as multipart/form-data. {_RULE}",
         "properties": {
-            "image": {"type": "string", "format": "binary", "description": "the image file"},
+            "image": {
+                "type": "string",
+                "format": "binary",
+                "description": "the image file: PNG, JPEG, WebP, HEIC/HEIF or AVIF; "
+                "EXIF orientation (a HEIF's irot/imir) is applied",
+            },
             "image_url": _IMAGE_URL,
             "params": ref("JobParams"),
         },
@@ -131,6 +136,9 @@ SCHEMAS: dict[str, Any] = {
     },
     "ArtifactUrls": {
         "type": "object",
+        "description": "gaussian_ply, splat and rendered_preview always; spz and mask (the "
+        "foreground mask stage 0 used, an 8-bit greyscale PNG of the upright photo, 255 = "
+        "object) when the worker wrote them",
         "properties": {name: {"type": "string"} for name in ARTIFACTS},
     },
     "JobPage": {
@@ -161,8 +169,15 @@ _SUBMIT_RESPONSES: dict[str, Any] = {
     "401": UNAUTHORIZED,
     "408": REQUEST_TIMEOUT,
     "413": problem("payload_too_large"),
-    "415": problem("unsupported_media_type"),
-    "422": problem("invalid_image, image_too_large, image_too_complex, idempotency_key_reused, "
+    "415": problem("unsupported_media_type: not a PNG, JPEG, WebP, HEIC/HEIF or AVIF image "
+                   "(by its magic bytes), or a HEIF/AVIF whose primary image is of another "
+                   "codec"),
+    "422": problem("invalid_image (undecodable, truncated, a header or ISO-BMFF box that runs "
+                   "past the end), image_too_large (over SPLATQ_MAX_IMAGE_PIXELS, 80 MP by "
+                   "default, or a side over 16,384, judged upright, or over "
+                   "SPLATQ_MAX_DECODE_BYTES decoded), image_too_complex (JPEG scans; PNG, "
+                   "WebP or HEIF structure counts: items, tiles, boxes), "
+                   "idempotency_key_reused, "
                    "image_url_forbidden, image_url_unreachable or image_url_too_large"),
     "429": problem("rate_limited, too_many_decodes (the API key already has "
                    "SPLATQ_DECODE_CONCURRENCY_PER_TENANT uploads being decoded), "
@@ -373,6 +388,12 @@ JOB_SCHEMA: dict[str, Any] = {
         **JOB_PROPERTIES,
         "cached": {"type": "boolean"},
         "model": {"type": ["string", "null"]},
+        "foreground": {"enum": ["alpha", "segmented", "learned", None],
+                       "description": "how the object was separated from its backdrop: the "
+                       "input's own transparency (alpha), the built-in segmentation "
+                       "(segmented) or an installed learned remover (learned); null until "
+                       "known, and for a worker run with SPLATQ_FOREGROUND=none. The mask "
+                       "itself is the `mask` artifact"},
         "compute_time_ms": {"type": ["integer", "null"]},
         "error": nullable("JobError"),
         "artifacts": nullable("ArtifactUrls"),

@@ -10,7 +10,13 @@ from datetime import UTC, datetime
 from typing import Any
 
 from splatq.shared.engine.jobs import JobRecord
-from splatq.shared.engine.stages import FIRST_STAGE, StageContext, stage_views
+from splatq.shared.engine.stages import (
+    FIRST_STAGE,
+    PipelineStage,
+    StageContext,
+    StageStatus,
+    stage_views,
+)
 
 # A Redis stream id of at most 19 digits a side: every id Redis makes (milliseconds and a
 # sequence), always below its 64-bit limit; the OpenAPI document declares the same pattern.
@@ -64,6 +70,17 @@ def stages_view(job: JobRecord, error: dict[str, Any] | None) -> dict[str, dict[
     return stage_views(job.ledger, ctx, rfc3339)
 
 
+def foreground_of(job: JobRecord) -> str | None:
+    """How the object was separated from its backdrop (alpha, segmented, learned): the
+    completed job's record, or a staged job's ingest once it succeeded; None until known."""
+    if job.foreground:
+        return job.foreground
+    record = job.ledger.get(PipelineStage.INGEST)
+    if record is None or record.status is not StageStatus.SUCCEEDED:
+        return None
+    return record.facts.get("foreground") or None
+
+
 def job_view(job: JobRecord, base_url: str, cached: bool = False) -> dict[str, Any]:
     url = f"{base_url}/v1/jobs/{job.id}"
     error = error_view(job)
@@ -87,6 +104,7 @@ def job_view(job: JobRecord, base_url: str, cached: bool = False) -> dict[str, A
         "stages": stages_view(job, error),
         "cached": cached,
         "model": job.model or None,
+        "foreground": foreground_of(job),
         "compute_time_ms": job.compute_time_ms,
         "error": error,
         "artifacts": dict(job.artifacts) if job.artifacts and job.status == "completed" else None,

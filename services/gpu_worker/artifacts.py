@@ -48,12 +48,17 @@ def render_preview(gaussians: Gaussians, input_camera: Camera) -> bytes:
     return to_png_bytes(render(gaussians, preview_cam))
 
 
-def encode_artifacts(gaussians: Gaussians, input_camera: Camera) -> EncodedArtifacts:
-    """PLY, .splat and a preview PNG rendered from a turned camera (CPU/GPU, blocking)."""
+def encode_artifacts(
+    gaussians: Gaussians, input_camera: Camera, mask_png: bytes | None = None
+) -> EncodedArtifacts:
+    """PLY, .splat and a preview PNG rendered from a turned camera (CPU/GPU, blocking), and
+    the foreground mask stage 0 used when there is one."""
+    mask = {"mask": mask_png} if mask_png is not None else {}
     return EncodedArtifacts(
         files={
             **encode_files(gaussians),
             "rendered_preview": render_preview(gaussians, input_camera),
+            **mask,
         },
         gaussian_count=gaussians.count,
         preview_size=preview_size(input_camera),
@@ -67,6 +72,8 @@ def verify_encoded(data: Mapping[str, bytes], gaussian_count: int, preview_size:
     if "spz" in data:  # absent only from an export made before it existed (stages.publish)
         spz.verify_spz(data["spz"], expected_count=gaussian_count)
     formats.verify_png(data["rendered_preview"], preview_size, preview_size)
+    if "mask" in data:
+        formats.verify_png(data["mask"])
 
 
 async def stage_and_verify(

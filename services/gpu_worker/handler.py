@@ -25,8 +25,8 @@ from splatq.services.gpu_worker.artifacts import (
 )
 from splatq.services.gpu_worker.batching import DynamicBatcher
 from splatq.services.gpu_worker.device_scheduler import ChunkSizer, DeviceScheduler, Priority
+from splatq.services.gpu_worker.foreground import PreparedInput, load_remover, prepare_input
 from splatq.services.gpu_worker.gaussians import Gaussians
-from splatq.services.gpu_worker.images import decode_image
 from splatq.services.gpu_worker.metrics import GpuMetrics
 from splatq.services.gpu_worker.model import ReconstructionModel, load_model
 from splatq.services.gpu_worker.oom import (
@@ -43,7 +43,6 @@ from splatq.shared.engine.worker import JobContext
 from splatq.shared.images.headers import DecodeLimits
 from splatq.shared.settings import Settings
 from splatq.shared.storage.store import (
-    ARTIFACT_FILES,
     QUICK_VARIANT,
     Storage,
     artifact_prefix,
@@ -93,6 +92,11 @@ class _Item:
     job_id: str = ""
 
 
+def foreground_fields(source: str | None) -> dict[str, str]:
+    """The job hash's `foreground` (the job view's), when stage 0 found the object."""
+    return {"foreground": source} if source else {}
+
+
 def batch_hint(hints: Mapping[str, str]) -> int:
     """The `batch_max_size` a redrive policy set on the job (`hint_batch_max_size`, e.g.
     after CUDA_OUT_OF_MEMORY), or 0 (none, or not a positive integer: ignored)."""
@@ -118,6 +122,8 @@ class GpuJobHandler:
         self.device = device or select_device(settings.device)
         self.budget = MemoryBudget(settings.device_memory_budget_pixels)
         self.decode_limits = DecodeLimits.from_settings(settings)
+        # Stage 0's remover, loaded now: a missing learned model stops the worker at start.
+        self.remover = load_remover(settings)
         self.forward_passes = 0
         self.device_scheduler = DeviceScheduler()
         # (quality, items) of every forward pass, last 1,000: what ran on the device, in order
@@ -199,12 +205,12 @@ class GpuJobHandler:
         if not ctx.job.input_ref:
             raise InputMissing("the job has no input image")
         data = await self.storage.get_bytes(ctx.job.input_ref)
-        image = await ctx.run_blocking(decode_image, data, resolution, self.decode_limits)
+        prepared = await ctx.run_blocking(self.prepare, data, (resolution,))
         await ctx.progress(0.15, "inference")
-        gaussians = await self.infer_one(ctx, image, quality, resolution)
+        gaussians = await self.infer_one(ctx, prepared.images[resolution], quality, resolution)
         await ctx.progress(0.6, "encoding")
         camera = self.model.input_camera(resolution)
-        encoded = await ctx.run_blocking(encode_artifacts, gaussians, camera)
+        encoded = await ctx.run_blocking(encode_artifacts, gaussians, camera, prepared.mask_png)
         await ctx.progress(0.85, "writing_artifacts")
         staged = await stage_and_verify(self.storage, ctx.job.id, encoded, run)
         try:
@@ -218,10 +224,20 @@ class GpuJobHandler:
         await publish(self.storage, staged, self.before_commit)
         base = self.settings.public_base_url
         return JobOutcome(
-            artifacts={name: artifact_url(base, ctx.job.id, name) for name in ARTIFACT_FILES},
+            artifacts={name: artifact_url(base, ctx.job.id, name) for name in encoded.files},
             compute_time_ms=round((time.monotonic() - started) * 1000),
             model=self.model.version,
-            extra_fields={"gaussian_count": str(gaussians.count), "artifact_run": run},
+            extra_fields={
+                "gaussian_count": str(gaussians.count),
+                "artifact_run": run,
+                **foreground_fields(prepared.foreground),
+            },
+        )
+
+    def prepare(self, data: bytes, resolutions: tuple[int, ...]) -> PreparedInput:
+        """Stage 0 (blocking): decode, find the object, recentre (the ingest stage's work)."""
+        return prepare_input(
+            data, resolutions, self.decode_limits, self.remover, self.settings.foreground_margin
         )
 
     async def infer_one(

@@ -41,15 +41,16 @@ from splatq.services.gpu_worker.artifacts import (
     render_preview,
     stage_and_verify,
 )
+from splatq.services.gpu_worker.foreground import remover_version
 from splatq.services.gpu_worker.gaussians import Gaussians
 from splatq.services.gpu_worker.handler import (
     QUALITIES,
     GpuJobHandler,
     InputMissing,
     artifact_url,
+    foreground_fields,
     quick_artifact_url,
 )
-from splatq.services.gpu_worker.images import decode_image
 from splatq.services.gpu_worker.metrics import GpuMetrics
 from splatq.services.gpu_worker.model import load_model
 from splatq.shared.engine import events
@@ -79,11 +80,15 @@ from splatq.shared.storage.store import (
 log = structlog.get_logger("splatq.stages")
 
 # Bumped when a stage's output for the same inputs would change (its digest changes with it).
-INGEST_VERSION = "ingest-1"
+INGEST_VERSION = "ingest-2"  # 2: stage 0 (foreground, recentring), EXIF orientation
 EXPORT_VERSION = "export-2"  # 2: .spz too
 RENDER_VERSION = "render-1"
 # The ingest output a progressive job's quick pass reads (the image at preview resolution).
 QUICK_IMAGE = "quick_image.pt"
+# The ingest output holding stage 0's foreground mask (the `mask` artifact), when it has one.
+MASK_PNG = "mask.png"
+# Artifacts of a quick result recorded before `quick_artifacts` existed: the required ones.
+_QUICK_DEFAULT = ("gaussian_ply", "splat", "spz", "rendered_preview")
 
 
 def tensor_bytes(tensors: Mapping[str, torch.Tensor]) -> bytes:
@@ -208,25 +213,30 @@ class StageHandlers:
         # reconstruct's quick pass (and its digest says so: its outputs differ).
         quick = self._progressive(ctx)
         quick_resolution = self.model.input_resolution("preview") if quick else 0
-        parts = [INGEST_VERSION, source, str(resolution)]
+        foreground = (remover_version(self.gpu.remover), str(self.settings.foreground_margin))
+        parts = [INGEST_VERSION, source, str(resolution), *foreground]
         if quick:
             parts += ["quick", str(quick_resolution)]
         digest = stage_digest(*parts)
+        resolutions = (resolution, quick_resolution) if quick else (resolution,)
 
         async def work() -> tuple[dict[str, bytes], dict[str, str]]:
             data = await self.storage.get_bytes(ctx.job.input_ref)
-            image = await ctx.run_blocking(decode_image, data, resolution, self.decode_limits)
+            prepared = await ctx.run_blocking(self.gpu.prepare, data, resolutions)
+            image = prepared.images[resolution]
             files = {"image.pt": await ctx.run_blocking(tensor_bytes, {"image": image})}
-            facts = {"resolution": str(resolution)}
+            facts = {"resolution": str(resolution), **foreground_fields(prepared.foreground)}
             if quick:
-                small = await ctx.run_blocking(
-                    decode_image, data, quick_resolution, self.decode_limits
-                )
+                small = prepared.images[quick_resolution]
                 files[QUICK_IMAGE] = await ctx.run_blocking(tensor_bytes, {"image": small})
                 facts["quick_resolution"] = str(quick_resolution)
+            if prepared.mask_png is not None:
+                files[MASK_PNG] = prepared.mask_png
             return files, facts
 
-        names = ("image.pt", QUICK_IMAGE) if quick else ("image.pt",)
+        names: tuple[str, ...] = ("image.pt", QUICK_IMAGE) if quick else ("image.pt",)
+        if self.gpu.remover is not None:
+            names += (MASK_PNG,)
         return await self._stage(ctx, PipelineStage.INGEST, digest, names, work)
 
     async def reconstruct(self, ctx: JobContext) -> StageDone:
@@ -310,7 +320,8 @@ class StageHandlers:
         resolution = int(image.shape[-1])
         gaussians = await self.gpu.infer_one(ctx, image, "preview", resolution)
         camera = self.model.input_camera(resolution)
-        encoded = await ctx.run_blocking(encode_artifacts, gaussians, camera)
+        mask = await self._mask(source)
+        encoded = await ctx.run_blocking(encode_artifacts, gaussians, camera, mask)
         staged = await stage_and_verify(self.storage, ctx.job.id, encoded, run)
         await publish(self.storage, staged)
         ms = round((time.monotonic() - started) * 1000)
@@ -319,6 +330,7 @@ class StageHandlers:
         await ctx.meter(quick_unit(run.removeprefix(QUICK_RUN_PREFIX)), ms)
         facts = {
             "quick_run": run,
+            "quick_artifacts": ",".join(encoded.files),
             "quick_resolution": str(resolution),
             "quick_gaussian_count": str(encoded.gaussian_count),
             "quick_ms": str(ms),
@@ -336,7 +348,9 @@ class StageHandlers:
         run = facts.get("quick_run", "")
         if not run:
             return
-        keys = [artifact_key(ctx.job.id, f, run) for f in ARTIFACT_FILES.values()]
+        listed = [n for n in facts.get("quick_artifacts", "").split(",") if n in ARTIFACT_FILES]
+        names = listed or list(_QUICK_DEFAULT)
+        keys = [artifact_key(ctx.job.id, ARTIFACT_FILES[n], run) for n in names]
         if not await self.store.all_exist(keys):
             ctx.log.warning("stage.quick_result_missing", run=run)
             return
@@ -345,10 +359,16 @@ class StageHandlers:
             facts.get("model", "") or self.model.version,
             facts_int(facts, "quick_ms"),
             facts_int(facts, "quick_resolution"),
-            {name: quick_artifact_url(base, ctx.job.id, name) for name in ARTIFACT_FILES},
+            {name: quick_artifact_url(base, ctx.job.id, name) for name in names},
         )
         if await ctx.announce(EventType.PREVIEW_READY.value, extra, {"quick_run": run}):
             ctx.log.info("stage.preview_ready", run=run)
+
+    async def _mask(self, ingested: StageRecord) -> bytes | None:
+        """Stage 0's mask PNG that ingest stored (None: it found none, or predates it)."""
+        if MASK_PNG not in ingested.outputs:
+            return None
+        return await self.store.read(ingested, MASK_PNG)
 
     async def _gaussians(self, ctx: JobContext, reconstructed: StageRecord) -> Gaussians:
         """The Gaussians the reconstruct stage stored (export's and render's input)."""
@@ -395,6 +415,10 @@ class StageHandlers:
         # the job completes without it, as jobs finished before it did.
         if "spz" in exported.outputs:
             files["spz"] = await self.store.read(exported, "spz")
+        ingested = self.store.upstream(ctx.job, PipelineStage.INGEST)
+        mask = await self._mask(ingested)
+        if mask is not None:
+            files["mask"] = mask
         count = facts_int(exported.facts, "gaussian_count")
         encoded = EncodedArtifacts(
             files=files,
@@ -422,7 +446,11 @@ class StageHandlers:
             },
             compute_time_ms=compute_ms,
             model=exported.facts.get("model", "") or self.model.version,
-            extra_fields={"gaussian_count": str(count), "artifact_run": run},
+            extra_fields={
+                "gaussian_count": str(count),
+                "artifact_run": run,
+                **foreground_fields(ingested.facts.get("foreground")),
+            },
         )
 
 

@@ -129,6 +129,8 @@ class JobRecord:
     artifact_run: str = ""
     # The folder of a progressive job's quick result, written when it was announced.
     quick_run: str = ""
+    # Where the 3DGS worker's stage 0 took the object's mask from (alpha, segmented, learned).
+    foreground: str = ""
     # Worker deaths charged to this job (1/k each, k = jobs sharing the worker).
     delivery_charge: float = 0.0
     # Fields `hint_<name>` a redrive policy set (e.g. batch_max_size), by name.
@@ -186,6 +188,7 @@ class JobRecord:
             request_fingerprint=raw.get("request_fingerprint", ""),
             artifact_run=raw.get("artifact_run", ""),
             quick_run=raw.get("quick_run", ""),
+            foreground=raw.get("foreground", ""),
             delivery_charge=float(raw.get("delivery_charge") or 0.0),
             hints={k[5:]: v for k, v in raw.items() if k.startswith("hint_")},
             current_stage=raw.get("current_stage", ""),

@@ -11,19 +11,30 @@ import re
 import struct
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING
+
+from splatq.shared.images import exif, isobmff
+from splatq.shared.images.codes import (
+    IMAGE_TOO_COMPLEX,
+    IMAGE_TOO_LARGE,
+    INVALID_IMAGE,
+    UNSUPPORTED_MEDIA_TYPE,
+    HeaderCode,
+    HeaderRejected,
+)
+from splatq.shared.images.orientation import from_transforms, upright_size
 
 if TYPE_CHECKING:
     from splatq.shared.settings import Settings
 
-HeaderCode = Literal[
-    "invalid_image", "image_too_large", "image_too_complex", "unsupported_media_type"
+__all__ = [
+    "IMAGE_TOO_COMPLEX",
+    "IMAGE_TOO_LARGE",
+    "INVALID_IMAGE",
+    "UNSUPPORTED_MEDIA_TYPE",
+    "HeaderCode",
+    "HeaderRejected",
 ]
-
-INVALID_IMAGE: HeaderCode = "invalid_image"
-IMAGE_TOO_LARGE: HeaderCode = "image_too_large"
-IMAGE_TOO_COMPLEX: HeaderCode = "image_too_complex"
-UNSUPPORTED_MEDIA_TYPE: HeaderCode = "unsupported_media_type"
 
 # Every scan of a progressive JPEG walks every block of its components again, and libjpeg
 # decodes repeated scans (it only warns about the bogus progression), so the decoding work is
@@ -35,28 +46,17 @@ DEFAULT_MAX_JPEG_SCANS = 32
 # PNG encoders split IDAT into >= 8 kB chunks (a 20 MB upload: under 3,000 chunks).
 MAX_JPEG_SEGMENTS = 1_000
 MAX_PNG_CHUNKS = 65_536
-DEFAULT_MAX_PIXELS = 40_000_000
+MAX_WEBP_CHUNKS = 65_536
+# What phones produce: 48 and 50 MP main cameras (8064x6048, 8160x6120), 64 MP ones
+# (9248x6936); only a JPEG's DCT-scaled decode makes such a photo cheap (JPEG_DRAFT_SCALE).
+DEFAULT_MAX_PIXELS = 80_000_000
 DEFAULT_MAX_SIDE = 16_384
 # What one decoded image may take in memory. Pillow holds RGB and RGBA at 4 bytes a pixel,
-# so the pixel limit alone lets a 160 kB PNG of 6324x6324 take 153 MiB.
-DEFAULT_MAX_DECODE_BYTES = 128 * 1024 * 1024
+# so the pixel limit alone lets a 160 kB PNG of 6324x6324 take 153 MiB (refused: over this).
+# A HEIC decodes whole at 3 bytes a pixel (no scaled decode): 150 MiB admits a 50 MP one.
+DEFAULT_MAX_DECODE_BYTES = 150 * 1024 * 1024
 # JPEG decoders can scale by 1/2, 1/4 or 1/8 while decoding (the DCT does it for free).
 JPEG_DRAFT_SCALE = 8
-
-
-class HeaderRejected(Exception):
-    """The image is refused from its structure alone; `code` is the contract's code."""
-
-    code: HeaderCode
-    detail: str
-
-    def __init__(self, code: HeaderCode, detail: str) -> None:
-        super().__init__(code, detail)  # args match __init__, so the exception pickles
-        self.code = code
-        self.detail = detail
-
-    def __str__(self) -> str:
-        return f"{self.code}: {self.detail}"
 
 
 @dataclass(frozen=True)
@@ -72,6 +72,10 @@ PNG = ImageFormat("PNG", "image/png", "png", ("PNG",))
 # A multi-picture JPEG (phone cameras' MPF, APP2) is still a baseline JPEG; Pillow calls it MPO.
 JPEG = ImageFormat("JPEG", "image/jpeg", "jpg", ("JPEG", "MPO"))
 WEBP = ImageFormat("WebP", "image/webp", "webp", ("WEBP",))
+# HEIF/HEIC (HEVC) decodes through pillow-heif, AVIF (AV1) through Pillow's own plugin.
+HEIF = ImageFormat("HEIF", "image/heic", "heic", ("HEIF",))
+AVIF = ImageFormat("AVIF", "image/avif", "avif", ("AVIF",))
+_FAMILIES = {"HEIF": HEIF, "AVIF": AVIF}
 
 
 @dataclass(frozen=True)
@@ -95,8 +99,10 @@ class DecodeLimits:
 
 @dataclass(frozen=True)
 class ImageHeader:
-    """What the file declares. `scans` is 1 for PNG and WebP; `decode_scale` is the JPEG
-    draft scale the byte estimate assumes (1 for the others)."""
+    """What the file declares. `width` x `height` is what its decoder returns; `orientation`
+    (EXIF 1-8) what turns that upright, applied once after decoding (pillow-heif applies a
+    HEIC's irot/imir itself: 1 there, the size already turned). `scans` is 1 but for JPEG;
+    `decode_scale` is the JPEG draft scale the byte estimate assumes (1 for the others)."""
 
     format: ImageFormat
     width: int
@@ -104,10 +110,16 @@ class ImageHeader:
     scans: int = 1
     bytes_per_pixel: int = 4
     decode_scale: int = 1
+    orientation: int = 1
 
     @property
     def pixels(self) -> int:
         return self.width * self.height
+
+    @property
+    def upright_size(self) -> tuple[int, int]:
+        """(width, height) of the picture as it is meant to be seen."""
+        return upright_size(self.width, self.height, self.orientation)
 
     @property
     def decode_bytes(self) -> int:
@@ -117,34 +129,41 @@ class ImageHeader:
 
 
 def sniff(data: bytes) -> ImageFormat | None:
-    """The format the magic bytes name, when it is PNG, JPEG or WebP."""
+    """The format the magic bytes name, when it is PNG, JPEG, WebP, HEIF/HEIC or AVIF."""
     if data.startswith(PNG_MAGIC):
         return PNG
     if data.startswith(b"\xff\xd8\xff"):
         return JPEG
     if data.startswith(b"RIFF") and data[8:12] == b"WEBP":
         return WEBP
-    return None
+    family = isobmff.brand_family(data)
+    return None if family is None else _FAMILIES[family]
 
 
 def read_header(data: bytes, max_jpeg_scans: int = DEFAULT_MAX_JPEG_SCANS) -> ImageHeader:
-    """The declared size (and JPEG scan count) of a PNG, JPEG or WebP, or HeaderRejected:
-    unsupported_media_type without one of the three magics, invalid_image when the header is
-    unreadable (no decoder ever sees such a file), image_too_complex past a structure limit.
-    Linear in the bytes, with a constant number of Python steps per segment."""
+    """The declared size, orientation (and JPEG scan count) of a PNG, JPEG, WebP, HEIF/HEIC
+    or AVIF, or HeaderRejected: unsupported_media_type without one of their magics,
+    invalid_image when the header is unreadable (no decoder ever sees such a file),
+    image_too_complex past a structure limit. Linear in the bytes, with a constant number of
+    Python steps per segment, chunk or box."""
     fmt = sniff(data)
     if fmt is None:
-        raise HeaderRejected(UNSUPPORTED_MEDIA_TYPE, "not a PNG, JPEG or WebP image")
+        raise HeaderRejected(
+            UNSUPPORTED_MEDIA_TYPE, "not a PNG, JPEG, WebP, HEIF/HEIC or AVIF image"
+        )
     if fmt is PNG:
         return _png_header(data)
     if fmt is JPEG:
         return _jpeg_header(data, max_jpeg_scans)
-    return _webp_header(data)
+    if fmt is WEBP:
+        return _webp_header(data)
+    return _isobmff_header(data, fmt)
 
 
 def check_limits(header: ImageHeader, limits: DecodeLimits) -> None:
-    """image_too_large / image_too_complex / invalid_image for a header outside the limits."""
-    width, height = header.width, header.height
+    """image_too_large / image_too_complex / invalid_image for a header outside the limits,
+    judged on the upright picture (the orientation applied first)."""
+    width, height = header.upright_size
     name = header.format.name
     if width <= 0 or height <= 0:
         raise HeaderRejected(INVALID_IMAGE, f"the {name} image is {width}x{height} pixels")
@@ -200,10 +219,13 @@ def _png_header(data: bytes) -> ImageHeader:
     width, height, depth, colour = struct.unpack_from(">IIBB", data, 16)
     if depth not in _PNG_VALID_DEPTHS.get(colour, ()):
         raise _unreadable(PNG, f"bit depth {depth} with colour type {colour}")
-    for _ in png_chunks(data):  # counts them: past MAX_PNG_CHUNKS is image_too_complex
-        pass
+    orientation = 1
+    # Counts the chunks (past MAX_PNG_CHUNKS is image_too_complex); eXIf holds the EXIF.
+    for kind, start, end in png_chunks(data):
+        if kind == b"eXIf" and orientation == 1:
+            orientation = exif.orientation(data[start:end])
     bpp = _PNG_BYTES_PER_PIXEL.get((colour, depth), 4)
-    return ImageHeader(PNG, int(width), int(height), bytes_per_pixel=bpp)
+    return ImageHeader(PNG, int(width), int(height), bytes_per_pixel=bpp, orientation=orientation)
 
 
 def png_chunks(data: bytes) -> Iterator[tuple[bytes, int, int]]:
@@ -228,7 +250,7 @@ def png_chunks(data: bytes) -> Iterator[tuple[bytes, int, int]]:
 # Start-of-frame markers carry the size; C4 (DHT), C8 (JPG) and CC (DAC) are not frames.
 _JPEG_SOF = frozenset(range(0xC0, 0xD0)) - {0xC4, 0xC8, 0xCC}
 _JPEG_STANDALONE = frozenset({0x01, *range(0xD0, 0xD8)})  # TEM, RSTn: no length field
-_SOS, _EOI, _SOI = 0xDA, 0xD9, 0xD8
+_SOS, _EOI, _SOI, _APP1 = 0xDA, 0xD9, 0xD8, 0xE1
 # The next marker after entropy-coded data: FF then anything but a stuffed 00, a restart
 # marker or another FF (fill). A regex, so skipping megabytes of scan data runs in C.
 _NEXT_MARKER = re.compile(rb"\xff[^\x00\xd0-\xd7\xff]")
@@ -239,6 +261,7 @@ def _jpeg_header(data: bytes, max_scans: int) -> ImageHeader:
     the frame header gives the size, each SOS is one scan to decode."""
     size: tuple[int, int] | None = None
     scans = segments = 0
+    orientation = 0  # 0: no EXIF block seen yet (the first one counts)
     i = 2
     while i + 2 <= len(data):
         if data[i] != 0xFF:
@@ -256,6 +279,8 @@ def _jpeg_header(data: bytes, max_scans: int) -> ImageHeader:
                 raise _unreadable(JPEG, "the frame header is too short")
             height, width = struct.unpack_from(">HH", data, i + 5)
             size = (int(width), int(height))
+        elif marker == _APP1 and not orientation and data.startswith(exif.EXIF_PREFIX, i + 4):
+            orientation = exif.orientation(data[i + 4 : end])
         i = end
         if marker == _SOS:
             if size is None:
@@ -270,7 +295,14 @@ def _jpeg_header(data: bytes, max_scans: int) -> ImageHeader:
     if size is None:
         raise _unreadable(JPEG, "no frame header (SOF)")
     width, height = size
-    return ImageHeader(JPEG, width, height, scans=scans, decode_scale=JPEG_DRAFT_SCALE)
+    return ImageHeader(
+        JPEG,
+        width,
+        height,
+        scans=scans,
+        decode_scale=JPEG_DRAFT_SCALE,
+        orientation=orientation or 1,
+    )
 
 
 def _segment_end(data: bytes, i: int, segments: int) -> int:
@@ -301,5 +333,43 @@ def _webp_header(data: bytes) -> ImageHeader:
         return ImageHeader(WEBP, (bits & 0x3FFF) + 1, ((bits >> 14) & 0x3FFF) + 1)
     if chunk == b"VP8X" and len(data) >= 30:
         width = int.from_bytes(data[24:27], "little") + 1
-        return ImageHeader(WEBP, width, int.from_bytes(data[27:30], "little") + 1)
+        height = int.from_bytes(data[27:30], "little") + 1
+        # Only the extended format carries EXIF (flag bit 3), in a chunk after the image's.
+        orientation = _webp_orientation(data) if data[20] & 0x08 else 1
+        return ImageHeader(WEBP, width, height, orientation=orientation)
     raise _unreadable(WEBP, "the first chunk is not a complete VP8, VP8L or VP8X header")
+
+
+def _webp_orientation(data: bytes) -> int:
+    """The EXIF chunk's orientation, walking the RIFF chunks by their lengths (bounded by
+    MAX_WEBP_CHUNKS: an animation's frames are chunks too)."""
+    offset, chunks = 12, 0
+    while offset + 8 <= len(data):
+        chunks += 1
+        if chunks > MAX_WEBP_CHUNKS:
+            raise HeaderRejected(IMAGE_TOO_COMPLEX, f"the WebP has over {MAX_WEBP_CHUNKS} chunks")
+        kind = data[offset : offset + 4]
+        length = int.from_bytes(data[offset + 4 : offset + 8], "little")
+        if kind == b"EXIF":
+            return exif.orientation(data[offset + 8 : offset + 8 + length])
+        offset += 8 + length + (length & 1)  # chunks are padded to even lengths
+    return 1
+
+
+# -- HEIF/HEIC and AVIF -------------------------------------------------------------------
+
+
+def _isobmff_header(data: bytes, fmt: ImageFormat) -> ImageHeader:
+    """From the boxes (shared/images/isobmff.py). libheif turns a HEIC upright while
+    decoding (its irot/imir; a HEIF's EXIF orientation is informative only), Pillow's AVIF
+    decoder does not: there the transforms become the orientation to apply. The size is the
+    coded one (`ispe`, or the grid's): what the decoder allocates; a clean aperture (clap)
+    only makes the decoded picture smaller, which the decoders' callers accept."""
+    layout = isobmff.read_layout(data)
+    orientation = from_transforms(layout.transforms)
+    bpp = 4 if layout.has_alpha or layout.bit_depth > 8 else 3
+    if fmt is HEIF:
+        width, height = upright_size(layout.width, layout.height, orientation)
+        return ImageHeader(HEIF, width, height, bytes_per_pixel=bpp)
+    # Pillow holds every RGB(A) image at 4 bytes a pixel.
+    return ImageHeader(AVIF, layout.width, layout.height, orientation=orientation)

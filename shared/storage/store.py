@@ -254,6 +254,9 @@ ARTIFACTS: dict[str, tuple[str, str]] = {
     # first; absent from jobs finished before it existed.
     "spz": ("scene.spz", "application/octet-stream"),
     "rendered_preview": ("preview.png", "image/png"),
+    # The foreground mask stage 0 used (services/gpu_worker/foreground.py): absent from jobs
+    # run with SPLATQ_FOREGROUND=none and from jobs finished before it existed.
+    "mask": ("mask.png", "image/png"),
 }
 ARTIFACT_FILES: dict[str, str] = {name: f for name, (f, _) in ARTIFACTS.items()}
 

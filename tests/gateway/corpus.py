@@ -174,8 +174,15 @@ def svg() -> bytes:
 
 
 def heic_header() -> bytes:
-    """The start of a HEIC file: an ISO-BMFF `ftyp` box with the `heic` brand."""
+    """The start of a HEIC file: an ISO-BMFF `ftyp` box with the `heic` brand, then zeros
+    (no meta box: no image in it)."""
     ftyp = b"ftypheic" + b"\x00\x00\x00\x00" + b"mif1heic"
+    return struct.pack(">I", 4 + len(ftyp)) + ftyp + b"\x00" * 32
+
+
+def mp4_header() -> bytes:
+    """The start of an MP4 video: an ISO-BMFF `ftyp` box with the `isom` brand."""
+    ftyp = b"ftypisom" + b"\x00\x00\x02\x00" + b"isomiso2mp41"
     return struct.pack(">I", 4 + len(ftyp)) + ftyp + b"\x00" * 32
 
 

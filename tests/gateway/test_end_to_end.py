@@ -39,7 +39,8 @@ async def test_submit_follow_and_download_artifacts(
     assert job["progress"] == 1.0
     assert job["model"] == "builtin-silhouette-inflation@1"
     assert isinstance(job["compute_time_ms"], int)
-    assert set(job["artifacts"]) == {"gaussian_ply", "splat", "spz", "rendered_preview"}
+    assert set(job["artifacts"]) == {"gaussian_ply", "splat", "spz", "rendered_preview", "mask"}
+    assert job["foreground"] == "alpha"
     ply = await client.get(f"/v1/jobs/{job_id}/artifacts/gaussian_ply", headers=AUTH_A)
     assert ply.status == 200
     count = formats.verify_ply(await ply.read()).count

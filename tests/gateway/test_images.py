@@ -58,7 +58,8 @@ REJECTED: list[tuple[str, Factory, str, int]] = [
     ("tiff_1x1", corpus.tiff_1x1, "unsupported_media_type", 415),
     ("pdf", corpus.pdf_1x1, "unsupported_media_type", 415),
     ("svg", corpus.svg, "unsupported_media_type", 415),
-    ("heic", corpus.heic_header, "unsupported_media_type", 415),
+    ("heic_without_meta", corpus.heic_header, "invalid_image", 422),
+    ("mp4_ftyp", corpus.mp4_header, "unsupported_media_type", 415),
     ("random_0", lambda: corpus.random_bytes(4096, 0), "unsupported_media_type", 415),
     ("random_1", lambda: corpus.random_bytes(17, 1), "unsupported_media_type", 415),
     ("random_2", lambda: corpus.random_bytes(1, 2), "unsupported_media_type", 415),
@@ -73,7 +74,7 @@ OVERSIZED: list[tuple[str, Factory]] = [
     ("huge_jpeg_header", lambda: corpus.huge_jpeg_header(30_000, 30_000)),
     ("huge_webp_header", lambda: corpus.huge_webp_header(12_000, 12_000)),
     ("bomb_png", lambda: corpus.bomb_png(20_000, 20_000)),
-    ("bomb_png_under_side_limit", lambda: corpus.bomb_png(8_000, 8_000)),
+    ("bomb_png_under_side_limit", lambda: corpus.bomb_png(10_000, 10_000)),
 ]
 
 
@@ -146,9 +147,9 @@ def test_the_bomb_is_small_and_real() -> None:
 
 def test_pixel_limit_applies_when_no_side_is_too_long() -> None:
     """A bomb with both sides under max_side is still refused on its pixel count."""
-    exc = reject(corpus.bomb_png(8_000, 8_000))
+    exc = reject(corpus.bomb_png(10_000, 10_000))
     assert exc.code == "image_too_large"
-    assert "64000000 pixels" in exc.detail
+    assert "100000000 pixels" in exc.detail
     exc = reject(corpus.bomb_png(20_000, 20_000), max_side=1_000_000)
     assert "400000000 pixels" in exc.detail
 

@@ -55,13 +55,14 @@ async def test_jobs_submitted_together_share_forward_passes_without_cross_talk(
     for data, submitted in zip(inputs, jobs, strict=True):
         job = await wait_for_status(queue, submitted.job_id, {"completed"}, timeout_s=60)
         files = await _artifacts(storage, job)
-        [expected] = solo.infer(decode_image(data, 128).unsqueeze(0))
+        [expected] = solo.infer(handler.prepare(data, (128,)).images[128].unsqueeze(0))
         info = formats.verify_ply(files["gaussian_ply"], expected_count=expected.count)
         assert info.count == expected.count > 0
         assert formats.verify_splat(files["splat"]) == expected.count
         assert formats.verify_png(files["rendered_preview"]) == (128, 128)
         assert job.artifacts is not None
-        assert set(job.artifacts) == {"gaussian_ply", "splat", "spz", "rendered_preview"}
+        assert set(job.artifacts) == {"gaussian_ply", "splat", "spz", "rendered_preview", "mask"}
+        assert job.foreground == "alpha"  # the samples are cut-outs
         assert job.artifacts["splat"].endswith(f"/v1/jobs/{job.id}/artifacts/splat")
         assert job.model == solo.version
         previews.add(files["rendered_preview"])
@@ -79,7 +80,8 @@ async def test_a_job_too_big_for_the_device_fails_alone_and_its_batch_mates_comp
     gpu_handler_factory: Any,
 ) -> None:
     """Device OOM (simulated budget, real OutOfMemoryError type): the batch is split; the job
-    that does not fit alone fails non-retryable with CUDA_OUT_OF_MEMORY; the others complete."""
+    that does not fit alone fails non-retryable with CUDA_OUT_OF_MEMORY; the others complete.
+    (No stage 0: the noise image is all foreground by the model's own rule.)"""
     small = [sample_png(seed) for seed in range(3)]
     big = opaque_noise_png()
     fg = [int((decode_image(d, 128)[3] > 0.5).sum()) for d in [*small, big]]
@@ -89,6 +91,7 @@ async def test_a_job_too_big_for_the_device_fails_alone_and_its_batch_mates_comp
         batch_max_wait_ms=300,
         worker_concurrency=8,
         device_memory_budget_pixels=fg[3] - 1,
+        foreground="none",
     )
     handler = await gpu_handler_factory(s)
     small_jobs = [await queue.enqueue(await stored_spec(storage, d)) for d in small]

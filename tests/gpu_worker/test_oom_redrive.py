@@ -62,7 +62,7 @@ class RecordingHandler(GpuJobHandler):
 
 @pytest.fixture
 async def handler(settings: Settings, storage: LocalFileStorage) -> AsyncIterator[RecordingHandler]:
-    s = settings.with_overrides(device="cpu")
+    s = settings.with_overrides(device="cpu", foreground="none")  # noise: all foreground
     h = RecordingHandler(s, load_model("builtin"), storage, GpuMetrics.create(CollectorRegistry()))
     await h.startup()
     yield h
@@ -77,7 +77,11 @@ async def test_an_oom_job_is_dead_lettered_redriven_with_a_smaller_batch_and_com
     big = opaque_noise_png()
     fg = [int((decode_image(d, 128)[3] > 0.5).sum()) for d in [*small, big]]
     s = settings.with_overrides(
-        batch_max_size=4, batch_max_wait_ms=500, worker_concurrency=8, device="cpu"
+        batch_max_size=4,
+        batch_max_wait_ms=500,
+        worker_concurrency=8,
+        device="cpu",
+        foreground="none",
     )
     queue = JobQueue(redis, s)
     handler.budget = MemoryBudget(fg[3] - 1)  # the big job does not fit even alone

@@ -102,4 +102,4 @@ async def test_a_job_exported_before_spz_existed_publishes_without_it(
     await start_stages(stage_handlers, "publish")
     job = await wait_for_status(queue, job_id, {"completed", "failed"}, timeout_s=60)
     assert job.status.value == "completed", job.error
-    assert set(job.artifacts or {}) == {"gaussian_ply", "splat", "rendered_preview"}
+    assert set(job.artifacts or {}) == {"gaussian_ply", "splat", "rendered_preview", "mask"}
