@@ -358,6 +358,17 @@ class Settings:
     device: str = "auto"
     model: str = "builtin"
     model_checkpoint: str = ""
+
+    # Remote model backends and the result cache (docs/hosted-model.md). `remote_config`: the
+    # vendor's TOML file for SPLATQ_MODEL=remote (its limits, held fleet-wide in Redis, are
+    # in it). The cache: an identical request within `cache_soft_ttl_s` of its result is a
+    # hit; until `cache_hard_ttl_s` it is answered at once with `stale: true` and refreshed
+    # once in the background; after it, a miss. By default both are the idempotency claim's
+    # 24 h (no stale window: a refresh is a new computation, charged to the tenant).
+    remote_config: str = ""
+    cache_soft_ttl_s: int = 24 * 3600
+    cache_hard_ttl_s: int = 24 * 3600
+
     job_handler: str = ""
     # Dynamic batching (Triton / Ray Serve semantics): a batch leaves when it holds
     # `batch_max_size` jobs, or `batch_max_wait_ms` after its first job arrived, or when the
@@ -410,6 +421,8 @@ class Settings:
                 )
         if self.lease_ttl_ms < 100:
             raise SettingsError("SPLATQ_LEASE_TTL_MS must be >= 100")
+        if self.cache_soft_ttl_s > self.cache_hard_ttl_s:
+            raise SettingsError("SPLATQ_CACHE_SOFT_TTL_S must be <= SPLATQ_CACHE_HARD_TTL_S")
         if self.admin_api_key:
             check_admin_key(self.admin_api_key)
         if self.admin_port and self.admin_port in (self.gateway_port, self.metrics_port):
@@ -678,6 +691,9 @@ class Settings:
             device=_choice(e, "SPLATQ_DEVICE", d.device, frozenset({"auto", "cpu", "cuda"})),
             model=e.get("SPLATQ_MODEL", "").strip() or d.model,
             model_checkpoint=e.get("SPLATQ_MODEL_CHECKPOINT", "").strip(),
+            remote_config=e.get("SPLATQ_REMOTE_CONFIG", "").strip(),
+            cache_soft_ttl_s=_int(e, "SPLATQ_CACHE_SOFT_TTL_S", d.cache_soft_ttl_s, 0),
+            cache_hard_ttl_s=_int(e, "SPLATQ_CACHE_HARD_TTL_S", d.cache_hard_ttl_s, 1),
             batch_max_size=_int(e, "SPLATQ_BATCH_MAX_SIZE", d.batch_max_size, 1),
             batch_max_wait_ms=_int(e, "SPLATQ_BATCH_MAX_WAIT_MS", d.batch_max_wait_ms, 0),
             batch_max_pixels=_int(e, "SPLATQ_BATCH_MAX_PIXELS", d.batch_max_pixels, 0),

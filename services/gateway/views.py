@@ -11,6 +11,7 @@ from typing import Any
 
 from splatq.shared.engine.jobs import JobRecord
 from splatq.shared.engine.stages import FIRST_STAGE, StageContext, stage_views
+from splatq.shared.vendor.notes import upstream_view
 
 # A Redis stream id of at most 19 digits a side: every id Redis makes (milliseconds and a
 # sequence), always below its 64-bit limit; the OpenAPI document declares the same pattern.
@@ -64,7 +65,9 @@ def stages_view(job: JobRecord, error: dict[str, Any] | None) -> dict[str, dict[
     return stage_views(job.ledger, ctx, rfc3339)
 
 
-def job_view(job: JobRecord, base_url: str, cached: bool = False) -> dict[str, Any]:
+def job_view(
+    job: JobRecord, base_url: str, cached: bool = False, stale: bool = False
+) -> dict[str, Any]:
     url = f"{base_url}/v1/jobs/{job.id}"
     error = error_view(job)
     return {
@@ -86,10 +89,14 @@ def job_view(job: JobRecord, base_url: str, cached: bool = False) -> dict[str, A
         "current_stage": job.current_stage or None,
         "stages": stages_view(job, error),
         "cached": cached,
+        # A cache answer past its soft TTL (a refresh runs in the background).
+        "stale": stale,
         "model": job.model or None,
         "compute_time_ms": job.compute_time_ms,
         "error": error,
         "artifacts": dict(job.artifacts) if job.artifacts and job.status == "completed" else None,
         "metadata": dict(job.metadata),
+        # A hosted model's call (SPLATQ_MODEL=remote): vendor, its request id, the latency.
+        "upstream": upstream_view(job.notes, job.quality),
         "urls": {"get": url, "cancel": f"{url}/cancel", "events": f"{url}/events"},
     }

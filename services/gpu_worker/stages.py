@@ -51,7 +51,7 @@ from splatq.services.gpu_worker.handler import (
 )
 from splatq.services.gpu_worker.images import decode_image
 from splatq.services.gpu_worker.metrics import GpuMetrics
-from splatq.services.gpu_worker.model import load_model
+from splatq.services.gpu_worker.model import model_for
 from splatq.shared.engine import events
 from splatq.shared.engine.errors import (
     JobCanceled,
@@ -67,7 +67,12 @@ from splatq.shared.engine.metering import quick_unit, total_ms
 from splatq.shared.engine.stages import PipelineStage, StageRecord, stage_digest
 from splatq.shared.engine.worker import JobContext, JobHandler
 from splatq.shared.settings import Settings
-from splatq.shared.storage.intermediates import IntermediateStore, StageWork, facts_int
+from splatq.shared.storage.intermediates import (
+    CHARGED_MS_FACT,
+    IntermediateStore,
+    StageWork,
+    facts_int,
+)
 from splatq.shared.storage.store import (
     ARTIFACT_FILES,
     QUICK_RUN_PREFIX,
@@ -239,8 +244,13 @@ class StageHandlers:
         # under (a redrive's rerun nonce included), so a retried run writes the same one.
         effective = self.store.effective_digest(ctx.job, stage, digest)
 
+        charged: dict[str, str] = {}
+
         async def full_pass(image: torch.Tensor) -> Gaussians:
-            return await self.gpu.infer_one(ctx, image, quality, int(image.shape[-1]))
+            gaussians, ms = await self.gpu.infer_charged(ctx, image, quality, int(image.shape[-1]))
+            if ms is not None:  # a hosted model: the vendor's time or cost, not ours
+                charged[CHARGED_MS_FACT] = str(ms)
+            return gaussians
 
         async def work() -> tuple[dict[str, bytes], dict[str, str]]:
             blob = await self.store.read(source, "image.pt")
@@ -271,6 +281,7 @@ class StageHandlers:
                 gaussian_count=str(gaussians.count),
                 resolution=str(resolution),
                 model=self.model.version,
+                **charged,
             )
             return {"gaussians.pt": blob}, facts
 
@@ -308,12 +319,12 @@ class StageHandlers:
         blob = await self.store.read(source, QUICK_IMAGE)
         image = (await ctx.run_blocking(bytes_tensors, blob))["image"]
         resolution = int(image.shape[-1])
-        gaussians = await self.gpu.infer_one(ctx, image, "preview", resolution)
+        gaussians, charged_ms = await self.gpu.infer_charged(ctx, image, "preview", resolution)
         camera = self.model.input_camera(resolution)
         encoded = await ctx.run_blocking(encode_artifacts, gaussians, camera)
         staged = await stage_and_verify(self.storage, ctx.job.id, encoded, run)
         await publish(self.storage, staged)
-        ms = round((time.monotonic() - started) * 1000)
+        ms = round((time.monotonic() - started) * 1000) if charged_ms is None else charged_ms
         ctx.log.info("stage.quick_result", run=run, resolution=resolution, duration_ms=ms)
         # Metered as soon as it is committed: the tenant has it (and may cancel the full pass).
         await ctx.meter(quick_unit(run.removeprefix(QUICK_RUN_PREFIX)), ms)
@@ -428,8 +439,8 @@ class StageHandlers:
 
 def make(settings: Settings) -> StageHandlers:
     """Stage handlers factory for `splatq worker --stages ...` (the default)."""
-    model = load_model(settings.model, settings.model_checkpoint)
     storage = open_storage(
         settings.storage_url, settings.storage_root, s3_endpoint_url=settings.s3_endpoint_url
     )
+    model = model_for(settings, storage)
     return StageHandlers(GpuJobHandler(settings, model, storage, GpuMetrics.create()))
