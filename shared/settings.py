@@ -275,8 +275,9 @@ class Settings:
     events_maxlen: int = 100_000
     dlq_maxlen: int = 100_000
     # Error codes whose `failed` jobs are also dead-lettered under that code, so a redrive
-    # policy can act on them (a device out of memory: redriven later with a smaller batch).
-    dead_letter_codes: frozenset[str] = frozenset({"CUDA_OUT_OF_MEMORY"})
+    # policy can act on them (a device out of memory: redriven later with a smaller batch; a
+    # hosted model's vendor whose circuit stayed open: redriven once it is closed).
+    dead_letter_codes: frozenset[str] = frozenset({"CUDA_OUT_OF_MEMORY", "UPSTREAM_UNAVAILABLE"})
     consumer_group: str = "workers"
 
     # Leases, deliveries, retries.

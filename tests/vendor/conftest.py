@@ -21,7 +21,12 @@ def vendor_table(
     table: dict[str, Any] = {
         "vendor": {"name": "fake", "base_url": f"{base_url}/v1", "model_version": "trellis@abc"},
         "auth": {"env": TOKEN_ENV},
-        "request": {"shape": "json", "body": {"version": "abc123"}},
+        # small inputs: the preview render of the result is most of a test job's CPU time
+        "request": {
+            "shape": "json",
+            "body": {"version": "abc123"},
+            "resolution": {"preview": 64, "full": 64},
+        },
         "response": {"mode": "async"},
         "poll": {"initial_s": 0.05, "max_s": 0.2, "factor": 1.5},
         "limits": {"rate": 600, "per_s": 60, "concurrency": 20, "slot_ttl_s": 10},

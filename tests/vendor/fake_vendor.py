@@ -38,7 +38,7 @@ from splatq.shared.webhooks.signing import signed_headers
 TOKEN = "r8_fake_vendor_token_0123456789abcdef"
 
 
-def sample_gaussians(n: int = 256, seed: int = 7) -> Gaussians:
+def sample_gaussians(n: int = 128, seed: int = 7) -> Gaussians:
     """A small, valid Gaussian cloud in front of the input camera (what a vendor returns)."""
     g = torch.Generator().manual_seed(seed)
     means = torch.rand(n, 3, generator=g) - 0.5

@@ -167,8 +167,6 @@ class RemoteCall:
                 if self.lane.metrics is not None:
                     wait_s = time.monotonic() - started
                     self.lane.metrics.permit_wait.labels(self.vendor).observe(wait_s)
-                if self.notes.get("since"):
-                    await self._note({"since": ""})
                 return answer
             self._in_line = answer.reason not in ("tenant_slots", "tenant_rate")
             if answer.reason in ("paused", "open"):
@@ -244,17 +242,20 @@ class RemoteCall:
         member, report_id = self.member, new_permit_id()
         if isinstance(answer, Answer):
             await self.lane.lane.report("success", member, report_id)
+            if self.notes.get("since"):  # the vendor answers again: the bounded wait is over
+                await self._note({"since": ""})
             if metrics is not None:
                 metrics.answers.labels(self.vendor, call, "ok", "").inc()
                 metrics.latency.labels(self.vendor, call).observe(answer.latency_ms / 1000)
             return answer
         if metrics is not None:
             metrics.answers.labels(self.vendor, call, answer.kind.value, answer.code).inc()
-        await self._release()  # the vendor created nothing: the slot is free again
         pause_until = 0
         if answer.kind is Kind.SLOW_DOWN:
             pause_until = int(time.time() * 1000 + answer.retry_after_s * 1000)
+        # Reported while the slot is held: a probe's report must find it still the probe.
         state = await self.lane.lane.report(answer.breaker_outcome, member, report_id, pause_until)
+        await self._release()  # the vendor created nothing: the slot is free again
         if metrics is not None and state.opened:
             metrics.breaker_opened.labels(self.vendor).inc()
         self.log.warning(
