@@ -80,6 +80,8 @@ class FakeVendor:
     per_s: float = 60.0
     concurrency: int = 5
     duration_s: float = 1.0
+    # when given, the predictions' durations in turn (cycled) instead of duration_s
+    durations: tuple[float, ...] = ()
     mode: str = "async"
     output: str = "ply"  # ply | splat | glb
     webhook_secret: str = ""
@@ -179,8 +181,10 @@ class FakeVendor:
             return self._answer(429, {"detail": "rate limit exceeded"}, 1.0)
         self.creations.append(now)
         self.create_times.append(now)
-        pid = f"p{next(self._ids):05d}"
-        p = Prediction(pid, key, now, self.duration_s, webhook=str(body.get("webhook", "")),
+        n = next(self._ids)
+        pid = f"p{n:05d}"
+        duration = self.durations[(n - 1) % len(self.durations)] if self.durations else self.duration_s
+        p = Prediction(pid, key, now, duration, webhook=str(body.get("webhook", "")),
                        input_kind=kind)  # fmt: skip
         self.predictions[pid] = p
         self.created_per_key[key] += 1
@@ -192,7 +196,7 @@ class FakeVendor:
         if self.mode == "sync":
             self._open_sync += 1
             try:
-                await asyncio.sleep(self.duration_s)
+                await asyncio.sleep(p.duration_s)
             finally:
                 self._open_sync -= 1
             p.refresh(time.monotonic())
