@@ -20,7 +20,6 @@ from tests.conftest import wait_for_status, wait_until
 from tests.gpu_worker.conftest import opaque_noise_png, stored_spec
 from tests.system.conftest import SpawnWorker
 from tests.vendor.conftest import TOKEN_ENV, VendorFactory, write_config
-from tests.vendor.conftest import fake_vendor  # noqa: F401 - the fixture
 from tests.vendor.fake_vendor import TOKEN, FakeVendor
 
 pytestmark = pytest.mark.slow

@@ -183,7 +183,8 @@ class FakeVendor:
         self.create_times.append(now)
         n = next(self._ids)
         pid = f"p{n:05d}"
-        duration = self.durations[(n - 1) % len(self.durations)] if self.durations else self.duration_s
+        cycle = self.durations or (self.duration_s,)
+        duration = cycle[(n - 1) % len(cycle)]
         p = Prediction(pid, key, now, duration, webhook=str(body.get("webhook", "")),
                        input_kind=kind)  # fmt: skip
         self.predictions[pid] = p

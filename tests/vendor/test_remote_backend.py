@@ -99,7 +99,8 @@ async def test_a_job_completes_through_the_vendor_and_shows_its_upstream(
     assert upstream["vendor"] == "fake"
     assert upstream["request_id"] == "req-p00001"
     assert upstream["prediction_id"] == "p00001"
-    assert isinstance(upstream["latency_ms"], int) and upstream["latency_ms"] >= 400
+    assert isinstance(upstream["latency_ms"], int)
+    assert upstream["latency_ms"] >= 400
     events = await redis.xrange(queue.keys.events(partition_of(job.id)))
     carried = [
         orjson.loads(f["payload"])["data"]["upstream"]
@@ -155,7 +156,8 @@ async def test_a_rejected_input_fails_at_once_with_a_sanitised_message(
     assert job.error is not None
     assert (job.error.code, job.error.retryable, job.attempts) == ("UPSTREAM_REJECTED", False, 1)
     assert TOKEN not in job.error.message
-    assert "\x1b" not in job.error.message and "\n" not in job.error.message
+    assert "\x1b" not in job.error.message
+    assert "\n" not in job.error.message
     assert len(job.error.message) <= 320
     assert vendor.created == 0
 
@@ -174,7 +176,8 @@ async def test_wrong_credentials_are_permanent_and_never_logged(
     vendor = await fake_vendor()
     with structlog.testing.capture_logs() as logs:
         job = await _run(vendor, remote_handler, start_worker, queue, storage)
-    assert job.error is not None and job.error.code == "UPSTREAM_AUTH"
+    assert job.error is not None
+    assert job.error.code == "UPSTREAM_AUTH"
     assert logs, "nothing was logged"
     assert secret not in repr(logs)
 
@@ -193,7 +196,8 @@ async def test_server_errors_are_retried_with_the_same_idempotency_key(
     assert job.status == "completed", job.error
     assert job.attempts == 3
     creates = [key for kind, key in vendor.requests if kind == "create"]
-    assert len(creates) == 3 and len(set(creates)) == 1
+    assert len(creates) == 3
+    assert len(set(creates)) == 1
     assert vendor.created == 1
 
 
@@ -226,9 +230,7 @@ async def test_a_long_slow_down_defers_the_job_without_an_attempt(
     the pause ends, deferred, and completes with attempts 1 -- the vendor said later, the
     job did nothing wrong."""
     vendor = await fake_vendor(script=[("429", 2.5)], duration_s=0.2)
-    job = await _run(
-        vendor, remote_handler, start_worker, queue, storage, wait={"inline_max_s": 1}
-    )
+    job = await _run(vendor, remote_handler, start_worker, queue, storage, wait={"inline_max_s": 1})
     assert job.status == "completed", job.error
     assert (job.attempts, job.deliveries, job.deferrals) == (1, 1, 1)
     assert vendor.created == 1
