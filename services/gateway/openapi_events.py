@@ -73,11 +73,11 @@ JOB_EXAMPLE: dict[str, Any] = {
             ("cleanup", None, None),
         )
     },
-    "cached": False, "model": "builtin", "compute_time_ms": 3430,
+    "cached": False, "stale": False, "model": "builtin", "compute_time_ms": 3430,
     "error": None,
     "artifacts": {name: f"{_JOB_URL}/artifacts/{name}"
                   for name in ("gaussian_ply", "splat", "rendered_preview")},
-    "metadata": {"order": "A-1042"},
+    "metadata": {"order": "A-1042"}, "upstream": None,
     "urls": {"get": _JOB_URL, "cancel": f"{_JOB_URL}/cancel", "events": f"{_JOB_URL}/events"},
 }  # fmt: skip
 
