@@ -47,12 +47,24 @@ OPERATIONS: dict[str, tuple[str, str]] = {
 }
 
 
+_PURGE_BODY = {
+    "type": "object",
+    "additionalProperties": False,
+    "properties": {"version": {"type": "string", "minLength": 1, "maxLength": 300}},
+}
+_VENDOR = {"name": "vendor", "in": "path", "required": True,
+           "schema": {"type": "string", "maxLength": 64}}  # fmt: skip
+
+
 def upstream_paths() -> dict[str, Any]:
     cache = ok("the cache", ref("CacheInfo"), headers=NO_STORE_HEADER)
     return {
         "/v1/admin/cache": {
-            "get": {"operationId": "adminCacheInfo", "security": [{"adminKey": []}],
-                    "responses": {**cache, **_ADMIN_ERRORS}},
+            "get": {
+                "operationId": "adminCacheInfo",
+                "security": [{"adminKey": []}],
+                "responses": {**cache, **_ADMIN_ERRORS},
+            },
         },
         "/v1/admin/cache/purge": {
             "post": {
@@ -60,11 +72,7 @@ def upstream_paths() -> dict[str, Any]:
                 "security": [{"adminKey": []}],
                 "description": "Every cached result of the version (default: the current one) "
                 "becomes a miss, within a second on every gateway.",
-                "requestBody": json_request({
-                    "type": "object", "additionalProperties": False,
-                    "properties": {"version": {"type": "string", "minLength": 1,
-                                               "maxLength": 300}},
-                }),  # fmt: skip
+                "requestBody": json_request(_PURGE_BODY),
                 "responses": {**cache, **_BODY_ERRORS, **_ADMIN_ERRORS},
             },
         },
@@ -75,8 +83,7 @@ def upstream_paths() -> dict[str, Any]:
                 "description": "Where a hosted model's vendor reports a finished prediction "
                 "(webhook.enabled in SPLATQ_REMOTE_CONFIG); verified by its Standard Webhooks "
                 "signature.",
-                "parameters": [{"name": "vendor", "in": "path", "required": True,
-                                "schema": {"type": "string", "maxLength": 64}}],  # fmt: skip
+                "parameters": [_VENDOR],
                 "requestBody": json_request({"type": "object"}),
                 "responses": {
                     "204": {"description": "accepted"},

@@ -170,14 +170,18 @@ class GpuJobHandler:
         )
 
     async def shutdown(self) -> None:
-        for b in self.batchers.values():
-            await b.stop()
-        if isinstance(self.model, RemoteModel):
-            await self.model.stop()
+        await self.stop_model()
         self.executors.shutdown()
         close = getattr(self.storage, "close", None)
         if close is not None:
             await close()
+
+    async def stop_model(self) -> None:
+        """The batchers, and a remote model's client and lane (the reconstruct stage's end)."""
+        for b in self.batchers.values():
+            await b.stop()
+        if isinstance(self.model, RemoteModel):
+            await self.model.stop()
 
     # -- the job ------------------------------------------------------------------------
 

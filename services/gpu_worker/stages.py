@@ -165,8 +165,7 @@ class StageHandlers:
 
     async def shutdown(self) -> None:
         if self._device_loaded:
-            for b in self.gpu.batchers.values():
-                await b.stop()
+            await self.gpu.stop_model()
         self.gpu.executors.shutdown()
         close = getattr(self.storage, "close", None)
         if close is not None:

@@ -46,6 +46,7 @@ class RequestConfig:
     # json: the dotted path in the body where the image goes; multipart: the file part's name
     image_field: str = "input.image"
     image_as: str = "data_uri"  # json only: data_uri | url (a presigned GET of object storage)
+    image_list: bool = False  # json only: the field is a list of images (the one image in it)
     image_format: str = "png"  # png (keeps the cut-out's alpha) | jpeg
     resolution: Mapping[str, int] = field(default_factory=lambda: {"preview": 256, "full": 512})
     body: Mapping[str, Any] = field(default_factory=dict)  # the rest of the body (json), fields
@@ -197,8 +198,9 @@ def parse_vendor_config(raw: Mapping[str, Any], source: str = "config") -> Vendo
         wait=_wait(top.table("wait")),
     )
     top.done()
-    if config.request.shape == "multipart" and "image_as" in raw.get("request", {}):
-        raise top.error("request.image_as", "applies to the json shape only")
+    for json_only in ("image_as", "image_list"):
+        if config.request.shape == "multipart" and json_only in raw.get("request", {}):
+            raise top.error(f"request.{json_only}", "applies to the json shape only")
     return config
 
 
@@ -211,7 +213,7 @@ def _auth(t: _Table) -> AuthConfig:
         env=env,
         file=file,
         header=t.text("header", d.header, pattern=HEADER_NAME),
-        scheme=t.text("scheme", d.scheme),
+        scheme=t.text("scheme", d.scheme, allow_empty=True),
     )
     t.done()
     return out
@@ -229,6 +231,7 @@ def _request(t: _Table) -> RequestConfig:
         path=t.path("path", d.path),
         image_field=t.text("image_field", d.image_field, pattern=field_pattern),
         image_as=t.choice("image_as", IMAGE_AS, d.image_as),
+        image_list=t.flag("image_list", d.image_list),
         image_format=t.choice("image_format", ("png", "jpeg"), d.image_format),
         resolution=sizes,
         body=t.any_table("body"),

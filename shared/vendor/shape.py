@@ -58,7 +58,8 @@ def create_body(config: VendorConfig, image_ref: str, webhook_url: str = "") -> 
     """The JSON body of a create request: the configured body with the image (a URL or a data
     URI) at `image_field`, and the webhook URL and its extra members when webhooks are on."""
     body: dict[str, Any] = copy.deepcopy(dict(config.request.body))
-    json_set(body, config.request.image_field, image_ref)
+    image: Any = [image_ref] if config.request.image_list else image_ref
+    json_set(body, config.request.image_field, image)
     if webhook_url:
         json_set(body, config.webhook.url_field, webhook_url)
         for name, value in config.webhook.extra.items():

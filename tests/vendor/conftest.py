@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from splatq.shared.vendor.config import VendorConfig, parse_vendor_config
+from tests.gateway.conftest import make_client  # noqa: F401 - the webhook test's gateway
 from tests.vendor.fake_vendor import TOKEN, FakeVendor
 
 TOKEN_ENV = "SPLATQ_TEST_VENDOR_TOKEN"

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
 from typing import Any
 
 import orjson
@@ -21,13 +22,19 @@ from splatq.services.gpu_worker.metrics import GpuMetrics
 from splatq.services.gpu_worker.remote.backend import RemoteModel
 from splatq.shared.engine.ids import partition_of
 from splatq.shared.engine.queue import JobQueue
+from splatq.shared.engine.stages import PipelineStage
+from splatq.shared.maintenance.deadletters import DeadLetterBook
+from splatq.shared.maintenance.keys import DeadLetterKind
+from splatq.shared.maintenance.policy import Verdict, decide, default_policies
 from splatq.shared.settings import Settings
 from splatq.shared.storage.store import LocalFileStorage
 from splatq.shared.vendor.config import VendorConfig
 from splatq.shared.vendor.credentials import Credential
+from splatq.shared.vendor.limiter import VendorLane, new_permit_id
+from splatq.shared.webhooks.signing import generate_secret
 from tests.conftest import WorkerFactory, wait_for_status, wait_until
 from tests.gpu_worker.conftest import sample_png, stored_spec
-from tests.vendor.conftest import VendorFactory, vendor_config
+from tests.vendor.conftest import VendorFactory, vendor_config, write_config
 from tests.vendor.fake_vendor import TOKEN, FakeVendor
 
 HandlerFactory = Callable[..., Awaitable[GpuJobHandler]]
@@ -261,6 +268,19 @@ async def test_an_open_circuit_fails_the_job_after_the_bounded_wait(
     assert (job.error.code, job.error.retryable) == ("UPSTREAM_UNAVAILABLE", False)
     assert job.stage == "dead_lettered"
     assert vendor.created == 0
+    # the redriver's default policy brings it back once the vendor's circuit is closed
+    book = DeadLetterBook(queue)
+    [letter] = await book.page(DeadLetterKind.JOBS, partition_of(job.id), "", 10)
+    later = letter.at_ms + 600_000
+
+    async def verdict() -> Verdict:
+        [subject] = await book.subjects(DeadLetterKind.JOBS, [letter])
+        return decide(default_policies(), subject.view(), later).verdict
+
+    assert await verdict() is Verdict.WAIT
+    lane = VendorLane(queue.redis, vendor_config(vendor.url))
+    await lane.report("success", "probe", new_permit_id())
+    assert await verdict() is Verdict.REDRIVE
 
 
 async def test_a_cancel_reaches_the_vendor(
@@ -301,3 +321,75 @@ async def test_a_mesh_output_is_refused(
     job = await _run(vendor, remote_handler, start_worker, queue, storage)
     assert job.error is not None
     assert (job.error.code, job.error.retryable) == ("UPSTREAM_OUTPUT_UNSUPPORTED", False)
+
+
+async def test_the_vendors_webhook_ends_the_wait_through_the_gateway(
+    fake_vendor: VendorFactory,
+    remote_handler: HandlerFactory,
+    start_worker: WorkerFactory,
+    make_client: Any,
+    queue: JobQueue,
+    storage: LocalFileStorage,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """With webhook.enabled the vendor calls the gateway's /v1/vendor-webhooks/<vendor>; the
+    signed call puts the finished prediction in the lane's inbox and the waiting worker takes
+    it from there, without polling the vendor again (one GET, the first look). A forged call
+    is refused 401 and changes nothing."""
+    secret = generate_secret()
+    monkeypatch.setenv("SPLATQ_TEST_VENDOR_WEBHOOK_SECRET", secret)
+    vendor = await fake_vendor(duration_s=1.0, webhook_secret=secret)
+    hook = {"enabled": True, "public_url": "http://gateway.test", "fallback_poll_s": 60,
+            "secret_env": "SPLATQ_TEST_VENDOR_WEBHOOK_SECRET",
+            "extra": {"webhook_events_filter": ["completed"]}}  # fmt: skip
+    path = write_config(tmp_path / "vendor.toml", vendor.url, webhook=hook)
+    gateway = await make_client(model="remote", remote_config=str(path))
+    forged = await gateway.post("/v1/vendor-webhooks/fake", json={"id": "p00001",
+                                "status": "succeeded"}, headers={"webhook-id": "m1",
+                                "webhook-timestamp": str(int(time.time())),
+                                "webhook-signature": "v1,AAAA"})  # fmt: skip
+    assert forged.status == 401
+    public = str(gateway.make_url("")).rstrip("/")
+    config = vendor_config(vendor.url, webhook={**hook, "public_url": public})
+    handler = await remote_handler(config)
+    await start_worker(handler)
+    result = await queue.enqueue(await stored_spec(storage, sample_png(5)))
+    job = await wait_for_status(queue, result.job_id, {"completed", "failed"}, timeout_s=20)
+    assert job.status == "completed", job.error
+    assert [r for r in vendor.requests if r[0] == "get"] == [("get", "p00001")]
+    assert vendor.bodies[0]["webhook"] == f"{public}/v1/vendor-webhooks/fake"
+    assert vendor.bodies[0]["webhook_events_filter"] == ["completed"]
+    assert (await gateway.post("/v1/vendor-webhooks/other", json={})).status == 404
+
+
+async def test_the_staged_pipeline_reconstructs_through_the_vendor(
+    fake_vendor: VendorFactory,
+    start_stages: Any,
+    settings: Settings,
+    storage: LocalFileStorage,
+    queue: JobQueue,
+    vendor_token: str,
+) -> None:
+    """`--stages all` with the remote model: the reconstruct stage calls the vendor; export,
+    render and publish treat its Gaussians as a local model's; the reconstruct unit is metered
+    with the vendor's reported time."""
+    from splatq.services.gpu_worker.stages import StageHandlers  # noqa: PLC0415
+
+    vendor = await fake_vendor(duration_s=0.2)
+    config = vendor_config(vendor.url)
+    s = settings.with_overrides(device="cpu", model="remote")
+    model = RemoteModel(s, config, Credential(config.auth), storage, CollectorRegistry())
+    stages = StageHandlers(GpuJobHandler(s, model, storage, GpuMetrics.create(CollectorRegistry())))
+    await stages.startup(tuple(PipelineStage))
+    try:
+        await start_stages(stages, "all")
+        result = await queue.enqueue(await stored_spec(storage, sample_png(6)))
+        job = await wait_for_status(queue, result.job_id, {"completed", "failed"}, timeout_s=40)
+    finally:
+        await stages.shutdown()
+    assert job.status == "completed", job.error
+    assert vendor.created == 1
+    reconstruct = [ms for unit, ms in job.metered.items() if unit.startswith("reconstruct.")]
+    assert reconstruct == [1250]
+    assert job.model == "remote:fake:trellis@abc"

@@ -183,7 +183,7 @@ class RemoteCall:
         since = int(self.notes.get("since") or 0)
         if not since:
             since = now_ms
-            await self._note({"since": str(since)})
+            await self._note({"since": str(since), "vendor": self.vendor})
         if now_ms - since > cfg.breaker.max_wait_s * 1000:
             what = "its circuit open" if answer.reason == "open" else "it asked us to slow down"
             raise PermanentError(
