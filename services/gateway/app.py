@@ -305,7 +305,7 @@ def create_app(
     app.cleanup_ctx.append(redis_ctx)
     server.install_headers(app)
     image_fetch.install(app, settings)
-    result_cache.install(app, settings, registry)
+    result_cache.install(app, settings, app[METRICS].cache_lookups)
     app.on_cleanup.append(_close_decode_slots)
     routes.add_routes(app)
     return app

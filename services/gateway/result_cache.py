@@ -22,7 +22,7 @@ from enum import StrEnum
 
 import structlog
 from aiohttp import web
-from prometheus_client import CollectorRegistry, Counter
+from prometheus_client import Counter
 from redis.asyncio import Redis
 
 from splatq.shared.engine.fairness import TenantPolicy
@@ -104,19 +104,14 @@ def judge(job: JobRecord, now_ms: int, soft_ms: int, hard_ms: int) -> CacheState
 
 
 class ResultCache:
-    def __init__(self, settings: Settings, registry: CollectorRegistry) -> None:
+    def __init__(self, settings: Settings, lookups: Counter) -> None:
         self.version = backend_version(settings)
         self.soft_ms = settings.cache_soft_ttl_s * 1000
         self.hard_ms = settings.cache_hard_ttl_s * 1000
         self.entry_ttl_ms = max(self.hard_ms * 2, settings.idempotency_ttl_s * 1000)
         self.keys = CacheKeys()
         self._generation: dict[str, tuple[int, float]] = {}
-        self.lookups = Counter(
-            "splatq_cache_lookups_total",
-            "Result cache lookups by result (hit, stale, miss)",
-            ["result"],
-            registry=registry,
-        )
+        self.lookups = lookups  # splatq_cache_lookups_total{result}
 
     async def generation(self, redis: Redis, version: str = "") -> int:
         version = version or self.version
@@ -193,5 +188,5 @@ class ResultCache:
 RESULT_CACHE = web.AppKey("result_cache", ResultCache)
 
 
-def install(app: web.Application, settings: Settings, registry: CollectorRegistry) -> None:
-    app[RESULT_CACHE] = ResultCache(settings, registry)
+def install(app: web.Application, settings: Settings, lookups: Counter) -> None:
+    app[RESULT_CACHE] = ResultCache(settings, lookups)

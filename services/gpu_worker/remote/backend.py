@@ -15,6 +15,7 @@ import contextlib
 import hashlib
 import io
 import random
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import structlog
@@ -76,6 +77,7 @@ class RemoteModel:
         storage: Storage | None = None,
         registry: CollectorRegistry = REGISTRY,
         rng: random.Random | None = None,
+        lane_factory: Callable[[Redis, VendorConfig], VendorLane] = VendorLane,
     ) -> None:
         if config.limits.slot_ttl_s * 1000 < 2 * (
             settings.lease_ttl_ms + settings.reaper_interval_ms
@@ -96,6 +98,9 @@ class RemoteModel:
         self.storage = storage
         self.metrics = UpstreamMetrics.create(registry)
         self._rng = rng or random.Random()
+        # The fleet-wide lane; bench/remote_vendor.py swaps in a per-process limiter to show
+        # what that costs.
+        self._lane_factory = lane_factory
         self._redis: Redis | None = None
         self._lane: Lane | None = None
         self._held: dict[str, str] = {}
@@ -132,7 +137,7 @@ class RemoteModel:
         self._lane = Lane(
             config=self.config,
             client=self.client,
-            lane=VendorLane(self._redis, self.config),
+            lane=self._lane_factory(self._redis, self.config),
             redis=self._redis,
             metrics=self.metrics,
             rng=self._rng,
