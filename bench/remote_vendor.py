@@ -24,11 +24,11 @@ import asyncio
 import os
 import platform
 import statistics
-from collections import Counter
 import subprocess
 import sys
 import tempfile
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any
 

@@ -30,6 +30,6 @@ async def vendor_circuits_closed(
     vendors = [job_vendor(fields) for fields in jobs]
     states: dict[str, bool] = {}
     for vendor in sorted(set(filter(None, vendors))):
-        state = await redis.hget(VendorKeys(vendor, prefix).breaker, "state")
+        state = await redis.hget(VendorKeys(vendor, prefix).breaker, "state")  # type: ignore[misc]
         states[vendor] = state != "open"
     return [states.get(v, True) if v else True for v in vendors]

@@ -31,8 +31,8 @@ import splatq.shared.settings
 from splatq.services.gateway.app import create_app
 from splatq.services.gateway.metrics import GatewayMetrics
 from splatq.services.gpu_worker.metrics import GpuMetrics
-from splatq.services.gpu_worker.remote.metrics import UpstreamMetrics
 from splatq.services.gpu_worker.oom import CUDA_OUT_OF_MEMORY
+from splatq.services.gpu_worker.remote.metrics import UpstreamMetrics
 from splatq.services.stack import WORKER_STAGES
 from splatq.services.webhook_dispatcher.metrics import DispatcherMetrics
 from splatq.shared.engine.stages import ALL_STAGES, DEVICE_STAGES, PIPELINE, parse_stage_list
