@@ -101,3 +101,24 @@ def test_a_secret_is_read_from_env_or_file_and_never_shown(tmp_path: Path) -> No
     os.utime(secret, (secret.stat().st_atime, secret.stat().st_mtime + 10))
     with pytest.raises(VendorConfigError, match="is empty"):
         cred.value()
+
+
+def test_a_worker_or_gateway_with_a_bad_vendor_file_exits_78_naming_it(tmp_path: Path) -> None:
+    """`splatq worker` and `splatq gateway` refuse an unusable hosted-model configuration at
+    start with exit 78 and the reason (the key at fault), not a traceback."""
+    import subprocess  # noqa: PLC0415
+    import sys  # noqa: PLC0415
+
+    bad = tmp_path / "vendor.toml"
+    bad.write_text('[vendor]\nname = "x"\n')
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SPLATQ_")}
+    env.update(SPLATQ_MODEL="remote", SPLATQ_REMOTE_CONFIG=str(bad),
+               SPLATQ_REDIS_URL="redis://127.0.0.1:1")  # fmt: skip
+    for command in ("worker", "gateway"):
+        done = subprocess.run(
+            [sys.executable, "-m", "splatq.services.cli", command],
+            cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=120, check=False,
+        )  # fmt: skip
+        assert done.returncode == 78, (command, done.stderr)
+        assert f"splatq {command}: configuration error: {bad}: vendor.base_url" in done.stderr
+        assert "Traceback" not in done.stderr
