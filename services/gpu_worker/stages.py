@@ -54,6 +54,7 @@ from splatq.services.gpu_worker.metrics import GpuMetrics
 from splatq.services.gpu_worker.model import model_for
 from splatq.shared.engine import events
 from splatq.shared.engine.errors import (
+    Deferred,
     JobCanceled,
     LeaseLost,
     PermanentError,
@@ -298,11 +299,12 @@ class StageHandlers:
         self, ctx: JobContext, source: StageRecord, run: str
     ) -> dict[str, str]:
         """The quick result, or (it failed for good) none: it is an extra, and the full
-        result goes on without it (no preview_ready). A transient failure, a cancel or a lost
-        lease end the stage's run as usual (a retry does both passes again)."""
+        result goes on without it (no preview_ready). A transient failure, a cancel, a lost
+        lease or a deferral (a hosted model's vendor said later) end the stage's run as usual
+        (a retry does both passes again)."""
         try:
             return await self._quick_result(ctx, source, run)
-        except (TransientError, JobCanceled, LeaseLost):
+        except (TransientError, JobCanceled, LeaseLost, Deferred):
             raise
         except Exception as exc:
             code = exc.code if isinstance(exc, SplatqError) else type(exc).__name__

@@ -208,6 +208,23 @@ async def test_server_errors_are_retried_with_the_same_idempotency_key(
     assert vendor.created == 1
 
 
+async def test_a_vendor_that_does_not_answer_in_time_is_retried(
+    fake_vendor: VendorFactory,
+    remote_handler: HandlerFactory,
+    start_worker: WorkerFactory,
+    queue: JobQueue,
+    storage: LocalFileStorage,
+) -> None:
+    """A create unanswered within request.timeout_s is UPSTREAM_TIMEOUT (transient): the next
+    attempt, under the same idempotency key, completes."""
+    vendor = await fake_vendor(script=[("timeout", 3.0)], duration_s=0.2)
+    job = await _run(vendor, remote_handler, start_worker, queue, storage,
+                     request={"timeout_s": 0.5})  # fmt: skip
+    assert job.status == "completed", job.error
+    assert job.attempts == 2
+    assert vendor.created == 1
+
+
 async def test_a_short_slow_down_is_waited_out_in_the_worker(
     fake_vendor: VendorFactory,
     remote_handler: HandlerFactory,
