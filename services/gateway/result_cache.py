@@ -15,6 +15,7 @@ write the same value, and a stale mover only costs the next lookup one hop).
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import time
 from dataclasses import dataclass
@@ -156,10 +157,14 @@ class ResultCache:
         self, queue: JobQueue, tenant: str, content_key: str, policy: TenantPolicy
     ) -> Lookup:
         entry_key = self.keys.entry(content_key)
-        pointer = str(await queue.redis.get(entry_key) or "")
+        # Both at once (one round trip of latency): the entry answers a repeat, the content
+        # claim a first completion (or a job still computing, which identical requests join).
+        raw, claim = await asyncio.gather(
+            queue.redis.get(entry_key), queue.claim_status(content_key, policy, tenant)
+        )
+        pointer = str(raw or "")
         job = await self._completed(queue, pointer, tenant)
         if job is None or job.status != "completed":
-            claim = await queue.claim_status(content_key, policy, tenant)
             job = await self._completed(queue, claim[1], tenant) if claim else None
             if job is None or job.status != "completed":
                 # none yet, or computing (identical submissions join it), or failed (a new
