@@ -33,6 +33,7 @@ from splatq.shared.vendor.credentials import Credential
 from splatq.shared.vendor.limiter import VendorLane, new_permit_id
 from splatq.shared.webhooks.signing import generate_secret
 from tests.conftest import WorkerFactory, wait_for_status, wait_until
+from tests.gateway.test_spec_agreement import _validator
 from tests.gpu_worker.conftest import sample_png, stored_spec
 from tests.vendor.conftest import VendorFactory, vendor_config, write_config
 from tests.vendor.fake_vendor import TOKEN, FakeVendor
@@ -116,6 +117,11 @@ async def test_a_job_completes_through_the_vendor_and_shows_its_upstream(
     ]
     assert carried[0]["prediction_id"] == "p00001"
     assert carried[-1]["latency_ms"] is not None
+    # both as the OpenAPI document declares them
+    _validator("Job").validate(orjson.loads(orjson.dumps(view)))
+    for _, f in events:
+        if f["type"].endswith(".progress"):
+            _validator("ProgressEvent").validate(orjson.loads(f["payload"]))
 
 
 @pytest.mark.parametrize("mode", ["multipart", "sync"])
