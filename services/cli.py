@@ -198,8 +198,7 @@ def _settler(args: argparse.Namespace, settings: Settings) -> int:
 def _gateway(args: argparse.Namespace, settings: Settings) -> int:
     from splatq.services.gateway.__main__ import main as gateway_main  # noqa: PLC0415
 
-    gateway_main()
-    return 0
+    return _configured("gateway", gateway_main)
 
 
 def _worker(args: argparse.Namespace, settings: Settings) -> int:
@@ -225,18 +224,9 @@ def _worker(args: argparse.Namespace, settings: Settings) -> int:
     factory = _load_factory(spec, DEFAULT_HANDLER, "handler", "the default handler needs")
     if factory is None:
         return EXIT_CONFIG
-    return _config_errors(lambda: asyncio.run(run_worker(settings, factory, burst=args.burst)))
-
-
-def _config_errors(run: Callable[[], object]) -> int:
-    """Run a worker; a handler factory's SettingsError (e.g. SPLATQ_FOREGROUND=learned
-    without its model file) is a configuration error, said on stderr: exit 78."""
-    try:
-        run()
-    except SettingsError as exc:
-        print(f"splatq worker: configuration error: {exc}", file=sys.stderr)
-        return EXIT_CONFIG
-    return 0
+    return _configured(
+        "worker", lambda: asyncio.run(run_worker(settings, factory, burst=args.burst))
+    )
 
 
 def _load_factory(spec: str, default: str, what: str, needs: str) -> Any:
@@ -264,9 +254,24 @@ def _stage_worker(
     if factory is None:
         return EXIT_CONFIG
     service = stage_service(stages)
-    return _config_errors(
-        lambda: asyncio.run(run_stage_workers(settings, factory, stages, service))
+    return _configured(
+        "worker", lambda: asyncio.run(run_stage_workers(settings, factory, stages, service))
     )
+
+
+def _configured(command: str, run: Callable[[], object]) -> int:
+    """Run a service; a configuration it finds unusable only as it starts (a handler
+    factory's SettingsError, e.g. SPLATQ_FOREGROUND=learned without its model file; a hosted
+    model's vendor file or its secret) is exit 78 with the reason on stderr, not a
+    traceback."""
+    from splatq.shared.vendor.config import VendorConfigError  # noqa: PLC0415
+
+    try:
+        run()
+    except (SettingsError, VendorConfigError) as exc:
+        print(f"splatq {command}: configuration error: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
+    return 0
 
 
 def stage_service(stages: tuple[PipelineStage, ...]) -> str:

@@ -277,8 +277,9 @@ class Settings:
     events_maxlen: int = 100_000
     dlq_maxlen: int = 100_000
     # Error codes whose `failed` jobs are also dead-lettered under that code, so a redrive
-    # policy can act on them (a device out of memory: redriven later with a smaller batch).
-    dead_letter_codes: frozenset[str] = frozenset({"CUDA_OUT_OF_MEMORY"})
+    # policy can act on them (a device out of memory: redriven later with a smaller batch; a
+    # hosted model's vendor whose circuit stayed open: redriven once it is closed).
+    dead_letter_codes: frozenset[str] = frozenset({"CUDA_OUT_OF_MEMORY", "UPSTREAM_UNAVAILABLE"})
     consumer_group: str = "workers"
 
     # Leases, deliveries, retries.
@@ -368,6 +369,17 @@ class Settings:
     foreground: str = "segment"
     foreground_model: str = ""
     foreground_margin: float = 0.1
+
+    # Remote model backends and the result cache (docs/hosted-model.md). `remote_config`: the
+    # vendor's TOML file for SPLATQ_MODEL=remote (its limits, held fleet-wide in Redis, are
+    # in it). The cache: an identical request within `cache_soft_ttl_s` of its result is a
+    # hit; until `cache_hard_ttl_s` it is answered at once with `stale: true` and refreshed
+    # once in the background; after it, a miss. By default both are the idempotency claim's
+    # 24 h (no stale window: a refresh is a new computation, charged to the tenant).
+    remote_config: str = ""
+    cache_soft_ttl_s: int = 24 * 3600
+    cache_hard_ttl_s: int = 24 * 3600
+
     job_handler: str = ""
     # Dynamic batching (Triton / Ray Serve semantics): a batch leaves when it holds
     # `batch_max_size` jobs, or `batch_max_wait_ms` after its first job arrived, or when the
@@ -420,6 +432,8 @@ class Settings:
                 )
         if self.lease_ttl_ms < 100:
             raise SettingsError("SPLATQ_LEASE_TTL_MS must be >= 100")
+        if self.cache_soft_ttl_s > self.cache_hard_ttl_s:
+            raise SettingsError("SPLATQ_CACHE_SOFT_TTL_S must be <= SPLATQ_CACHE_HARD_TTL_S")
         if self.admin_api_key:
             check_admin_key(self.admin_api_key)
         if self.admin_port and self.admin_port in (self.gateway_port, self.metrics_port):
@@ -693,6 +707,9 @@ class Settings:
             ),
             foreground_model=e.get("SPLATQ_FOREGROUND_MODEL", "").strip(),
             foreground_margin=_float(e, "SPLATQ_FOREGROUND_MARGIN", d.foreground_margin, 0.0, 1.0),
+            remote_config=e.get("SPLATQ_REMOTE_CONFIG", "").strip(),
+            cache_soft_ttl_s=_int(e, "SPLATQ_CACHE_SOFT_TTL_S", d.cache_soft_ttl_s, 0),
+            cache_hard_ttl_s=_int(e, "SPLATQ_CACHE_HARD_TTL_S", d.cache_hard_ttl_s, 1),
             batch_max_size=_int(e, "SPLATQ_BATCH_MAX_SIZE", d.batch_max_size, 1),
             batch_max_wait_ms=_int(e, "SPLATQ_BATCH_MAX_WAIT_MS", d.batch_max_wait_ms, 0),
             batch_max_pixels=_int(e, "SPLATQ_BATCH_MAX_PIXELS", d.batch_max_pixels, 0),

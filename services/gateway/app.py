@@ -32,7 +32,7 @@ from redis.exceptions import (
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from splatq.services.gateway import image_fetch, listeners, server
+from splatq.services.gateway import image_fetch, listeners, result_cache, server
 from splatq.services.gateway.auth import KEY_RESOLVER, KeyResolver
 from splatq.services.gateway.auth_throttle import ADMIN_THROTTLE, FailureThrottle
 from splatq.services.gateway.decode_slots import DecodeSlots
@@ -305,6 +305,7 @@ def create_app(
     app.cleanup_ctx.append(redis_ctx)
     server.install_headers(app)
     image_fetch.install(app, settings)
+    result_cache.install(app, settings, app[METRICS].cache_lookups)
     app.on_cleanup.append(_close_decode_slots)
     routes.add_routes(app)
     return app

@@ -22,6 +22,7 @@ class GatewayMetrics:
     latency: Histogram
     submissions: Counter
     streams_refused: Counter
+    cache_lookups: Counter
 
     @classmethod
     def create(cls, registry: CollectorRegistry = REGISTRY) -> GatewayMetrics:
@@ -48,6 +49,12 @@ class GatewayMetrics:
             streams_refused=Counter(
                 "splatq_sse_streams_refused_total",
                 "Event streams refused by the per-tenant or per-process cap (429)",
+                registry=registry,
+            ),
+            cache_lookups=Counter(
+                "splatq_cache_lookups_total",
+                "Result cache lookups by result (hit, stale, miss)",
+                ["result"],
                 registry=registry,
             ),
         )

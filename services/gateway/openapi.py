@@ -31,6 +31,9 @@ from splatq.services.gateway.openapi_jobs import SCHEMAS as JOB_SCHEMAS
 from splatq.services.gateway.openapi_stages import JOB_STAGE
 from splatq.services.gateway.openapi_tenants import SCHEMAS as TENANT_SCHEMAS
 from splatq.services.gateway.openapi_tenants import tenant_paths
+from splatq.services.gateway.openapi_upstream import OPERATIONS as UPSTREAM_OPERATIONS
+from splatq.services.gateway.openapi_upstream import SCHEMAS as UPSTREAM_SCHEMAS
+from splatq.services.gateway.openapi_upstream import upstream_paths
 from splatq.shared import __version__
 
 TAGS = [
@@ -81,6 +84,7 @@ OPERATIONS: dict[str, tuple[str, str]] = {
     "openapi": ("Operations", "This OpenAPI document"),
     "docs": ("Operations", "The API reference as a web page"),
     **CONSOLE_OPERATIONS,
+    **UPSTREAM_OPERATIONS,
 }
 
 
@@ -118,6 +122,7 @@ def _document(server_url: str, max_wait_s: int) -> dict[str, Any]:
             **endpoint_paths(),
             **tenant_paths(),
             **console_paths(),
+            **upstream_paths(),
             **_operations_paths(),
         },
         "components": {
@@ -142,6 +147,7 @@ def _document(server_url: str, max_wait_s: int) -> dict[str, Any]:
                 "WebhookEndpoint": ENDPOINT_SCHEMA,
                 **TENANT_SCHEMAS,
                 **CONSOLE_SCHEMAS,
+                **UPSTREAM_SCHEMAS,
             },
         },
     }

@@ -27,6 +27,7 @@ PROBLEM_CODES = [
     "internal_error", "http_error", "endpoint_limit_reached", "endpoint_disabled",
     "admin_disabled", "tenant_exists", "image_url_forbidden", "image_url_unreachable",
     "image_url_too_large", "too_many_auth_failures", "request_timeout", "not_redrivable",
+    "invalid_signature",
 ]  # fmt: skip
 PROBLEM_SCHEMA: dict[str, Any] = {
     "type": "object",

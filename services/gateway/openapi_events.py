@@ -37,7 +37,24 @@ _EVENT_DATA: dict[str, dict[str, Any]] = {
     EventType.CANCELED.value: {},
 }  # fmt: skip
 # Members an event may carry besides its required ones.
-_EVENT_OPTIONAL: dict[str, dict[str, Any]] = {EventType.PROGRESS.value: PROGRESS_STAGE_MEMBERS}
+_EVENT_OPTIONAL: dict[str, dict[str, Any]] = {
+    EventType.PROGRESS.value: {
+        **PROGRESS_STAGE_MEMBERS,
+        # a hosted model's call: when its prediction is created and when it ends
+        "upstream": {
+            "type": "object",
+            "description": "a hosted model's call (as the job view's `upstream`, with the "
+            "prediction's `status`)",
+            "properties": {
+                "vendor": {"type": "string"},
+                "request_id": {"type": ["string", "null"]},
+                "latency_ms": {"type": ["integer", "null"]},
+                "prediction_id": {"type": ["string", "null"]},
+                "status": {"type": ["string", "null"]},
+            },
+        },
+    }
+}
 # What a receiver should know of an event, besides its payload schema.
 _EVENT_NOTES: dict[str, str] = {
     EventType.PROGRESS.value: PROGRESS_DESCRIPTION,
@@ -73,11 +90,11 @@ JOB_EXAMPLE: dict[str, Any] = {
             ("cleanup", None, None),
         )
     },
-    "cached": False, "model": "builtin", "foreground": "segmented", "compute_time_ms": 3430,
-    "error": None,
+    "cached": False, "stale": False, "model": "builtin", "foreground": "segmented",
+    "compute_time_ms": 3430, "error": None,
     "artifacts": {name: f"{_JOB_URL}/artifacts/{name}"
                   for name in ("gaussian_ply", "splat", "rendered_preview", "mask")},
-    "metadata": {"order": "A-1042"},
+    "metadata": {"order": "A-1042"}, "upstream": None,
     "urls": {"get": _JOB_URL, "cancel": f"{_JOB_URL}/cancel", "events": f"{_JOB_URL}/events"},
 }  # fmt: skip
 

@@ -387,6 +387,9 @@ JOB_SCHEMA: dict[str, Any] = {
         "stage": {"type": "string"},
         **JOB_PROPERTIES,
         "cached": {"type": "boolean"},
+        "stale": {"type": "boolean",
+                  "description": "a cache answer past its soft TTL (SPLATQ_CACHE_SOFT_TTL_S); "
+                  "one refresh runs in the background"},
         "model": {"type": ["string", "null"]},
         "foreground": {"enum": ["alpha", "segmented", "learned", None],
                        "description": "how the object was separated from its backdrop: the "
@@ -398,6 +401,7 @@ JOB_SCHEMA: dict[str, Any] = {
         "error": nullable("JobError"),
         "artifacts": nullable("ArtifactUrls"),
         "metadata": {"type": "object"},
+        "upstream": ref("Upstream"),
         "urls": {"type": "object", "required": ["get", "cancel", "events"],
                  "properties": {k: {"type": "string"} for k in ("get", "cancel", "events")}},
     },

@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import functools
-import hashlib
 import math
 
 import orjson
@@ -18,7 +17,7 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from redis.exceptions import RedisError
 
-from splatq.services.gateway import docs_page, listing, quota_gate
+from splatq.services.gateway import docs_page, listing, quota_gate, upstream
 from splatq.services.gateway.admin import add_admin_routes
 from splatq.services.gateway.admin_ops import add_admin_ops_routes
 from splatq.services.gateway.app import (
@@ -50,6 +49,7 @@ from splatq.services.gateway.images import (
 )
 from splatq.services.gateway.openapi import openapi_document
 from splatq.services.gateway.problems import ApiError, invalid_request, not_found
+from splatq.services.gateway.result_cache import RESULT_CACHE, CacheState
 from splatq.services.gateway.server import NO_STORE
 from splatq.services.gateway.submission import (
     Submission,
@@ -105,6 +105,7 @@ def add_routes(app: web.Application) -> None:
     app.router.add_get("/v1/usage", usage)
     add_admin_routes(app)
     add_admin_ops_routes(app)
+    upstream.install(app, app[SETTINGS])  # the result cache's admin, the vendor's webhook
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)
     app.router.add_get("/metrics", metrics)
@@ -162,8 +163,10 @@ async def submit_job(request: web.Request) -> web.Response:
         request, tenant, submission.image, from_url=bool(submission.image_url)
     )
     params = submission.params
-    model_id = f"{settings.model}:{settings.model_checkpoint}"
-    content_key = _content_key(tenant, image, params.quality, model_id, params.progressive)
+    cache = request.app[RESULT_CACHE]
+    content_key = await cache.content_key(
+        queue.redis, tenant, image.sha256, params.quality, params.progressive
+    )
 
     logical_key = f"idempotency:{tenant}:{idem_header}" if idem_header else ""
     stream = QUALITY_STREAMS[params.quality]
@@ -172,11 +175,10 @@ async def submit_job(request: web.Request) -> web.Response:
     policy = await request.app[TENANT_POLICIES].get(tenant, stream)
     # A completed identical job is answered at once (cache), unless the client opted out;
     # a key already in use goes on to its own job (same request) or to 422 (another one).
-    if params.cache and idem_header and not await _key_in_use(queue, tenant, logical_key, policy):
-        cached = await _cached_job(queue, tenant, content_key, policy)
-        if cached is not None:
-            counter.labels("cached").inc()
-            return _json(job_view(cached, settings.public_base_url, cached=True))
+    looked = None
+    if params.cache and not (idem_header and await _key_in_use(queue, tenant, logical_key, policy)):
+        looked = await cache.lookup(queue, tenant, content_key, policy)
+        content_key = looked.key  # past the hard TTL: the successor key (see result_cache)
 
     if not idem_header and params.cache:
         logical_key = content_key  # single-flight: identical submissions share one job
@@ -194,6 +196,12 @@ async def submit_job(request: web.Request) -> web.Response:
         idempotency_key=logical_key,
         request_fingerprint=submission.request_fingerprint(image.sha256),
     )
+    if looked is not None and looked.job is not None:
+        counter.labels("cached").inc()
+        stale = looked.state is CacheState.STALE
+        if stale and not looked.refreshing:
+            await _refresh(request, queue, spec, looked.key, submission, image, policy)
+        return _json(job_view(looked.job, settings.public_base_url, cached=True, stale=stale))
     response, job, created = await _enqueue(
         request, queue, spec, submission, image, stream, bool(idem_header), policy
     )
@@ -289,32 +297,33 @@ async def _validated_image(
         raise ApiError(exc.status, exc.code, exc.detail) from None
 
 
-def _content_key(
-    tenant: str, image: ValidatedImage, quality: str, model_id: str, progressive: bool = False
-) -> str:
-    """The cache and single-flight key of a submission. A progressive job has its own: an
-    identical submission that asked for `preview_ready` must not join a job that will never
-    send it."""
-    material = f"{image.sha256}|{quality}|{model_id}" + ("|progressive" if progressive else "")
-    digest = hashlib.sha256(material.encode()).hexdigest()
-    return f"content:{tenant}:{digest}"
+async def _refresh(
+    request: web.Request,
+    queue: JobQueue,
+    spec: JobSpec,
+    key: str,
+    submission: Submission,
+    image: ValidatedImage,
+    policy: TenantPolicy,
+) -> None:
+    """A stale hit's one background refresh: a job of the tenant's under the stale job's
+    successor key `key` (identical stale hits share it, so a hundred make one job), without
+    the request's webhook or metadata (it is the cache's, not this request's). It is the
+    tenant's like any job (quota, backlog share); a refusal leaves the stale answer standing
+    and is counted, never returned."""
+    refresh = dataclasses.replace(
+        spec, idempotency_key=key, webhook_url="", webhook_events=(), metadata={}
+    )
+    try:
+        await _enqueue(request, queue, refresh, submission, image, spec.stream, False, policy)
+    except ApiError as exc:
+        request.app[METRICS].submissions.labels("refresh_refused").inc()
+        log.info("cache.refresh_refused", code=exc.code, tenant=spec.tenant)
 
 
 async def _key_in_use(queue: JobQueue, tenant: str, logical_key: str, policy: TenantPolicy) -> bool:
     claim = await queue.claim_status(logical_key, policy, tenant)
     return claim is not None and claim[0] != "FAILED"
-
-
-async def _cached_job(
-    queue: JobQueue, tenant: str, content_key: str, policy: TenantPolicy
-) -> JobRecord | None:
-    """The completed job holding the content claim. Judged by the job, not by the claim's
-    status: a keyed job's content claim (`_claim_content`) is never moved by the engine."""
-    claim = await queue.claim_status(content_key, policy, tenant)
-    if claim is None:
-        return None
-    job = await queue.get(claim[1])
-    return job if job is not None and job.tenant == tenant and job.status == "completed" else None
 
 
 async def _claim_content(
@@ -324,7 +333,7 @@ async def _claim_content(
     without the key join it while it runs and are answered from the cache once it completed.
 
     The engine moves one claim per job (here the Idempotency-Key's); this one stays PENDING,
-    so readers judge by the job's status (`_cached_job`, and `_enqueue` steps over a claim
+    so readers judge by the job's status (the result cache, and `_enqueue` steps over a claim
     whose job failed). Losing it to an identical job that holds it already is fine.
     """
     await queue.claim(content_key, job_id, policy, tenant)

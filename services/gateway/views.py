@@ -17,6 +17,7 @@ from splatq.shared.engine.stages import (
     StageStatus,
     stage_views,
 )
+from splatq.shared.vendor.notes import upstream_view
 
 # A Redis stream id of at most 19 digits a side: every id Redis makes (milliseconds and a
 # sequence), always below its 64-bit limit; the OpenAPI document declares the same pattern.
@@ -81,7 +82,9 @@ def foreground_of(job: JobRecord) -> str | None:
     return record.facts.get("foreground") or None
 
 
-def job_view(job: JobRecord, base_url: str, cached: bool = False) -> dict[str, Any]:
+def job_view(
+    job: JobRecord, base_url: str, cached: bool = False, stale: bool = False
+) -> dict[str, Any]:
     url = f"{base_url}/v1/jobs/{job.id}"
     error = error_view(job)
     return {
@@ -103,11 +106,15 @@ def job_view(job: JobRecord, base_url: str, cached: bool = False) -> dict[str, A
         "current_stage": job.current_stage or None,
         "stages": stages_view(job, error),
         "cached": cached,
+        # A cache answer past its soft TTL (a refresh runs in the background).
+        "stale": stale,
         "model": job.model or None,
         "foreground": foreground_of(job),
         "compute_time_ms": job.compute_time_ms,
         "error": error,
         "artifacts": dict(job.artifacts) if job.artifacts and job.status == "completed" else None,
         "metadata": dict(job.metadata),
+        # A hosted model's call (SPLATQ_MODEL=remote): vendor, its request id, the latency.
+        "upstream": upstream_view(job.notes, job.quality),
         "urls": {"get": url, "cancel": f"{url}/cancel", "events": f"{url}/events"},
     }

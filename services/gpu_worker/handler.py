@@ -28,13 +28,14 @@ from splatq.services.gpu_worker.device_scheduler import ChunkSizer, DeviceSchedu
 from splatq.services.gpu_worker.foreground import PreparedInput, load_remover, prepare_input
 from splatq.services.gpu_worker.gaussians import Gaussians
 from splatq.services.gpu_worker.metrics import GpuMetrics
-from splatq.services.gpu_worker.model import ReconstructionModel, load_model
+from splatq.services.gpu_worker.model import ReconstructionModel, model_for
 from splatq.services.gpu_worker.oom import (
     DeviceOutOfMemory,
     MemoryBudget,
     forward_with_oom_split,
     release_device_memory,
 )
+from splatq.services.gpu_worker.remote.backend import RemoteModel
 from splatq.shared.engine.cpu_priority import ClassExecutors
 from splatq.shared.engine.errors import PermanentError, SplatqError
 from splatq.shared.engine.jobs import JobOutcome
@@ -157,6 +158,8 @@ class GpuJobHandler:
 
     async def startup(self) -> None:
         await asyncio.to_thread(self.model.load, self.device)
+        if isinstance(self.model, RemoteModel):
+            await self.model.start()  # the vendor's client and fleet-wide lane
         if self.device.type == "cuda":
             # CUDA runs a higher-priority stream's kernels first when both have work queued.
             self._cuda_streams = {
@@ -173,12 +176,18 @@ class GpuJobHandler:
         )
 
     async def shutdown(self) -> None:
-        for b in self.batchers.values():
-            await b.stop()
+        await self.stop_model()
         self.executors.shutdown()
         close = getattr(self.storage, "close", None)
         if close is not None:
             await close()
+
+    async def stop_model(self) -> None:
+        """The batchers, and a remote model's client and lane (the reconstruct stage's end)."""
+        for b in self.batchers.values():
+            await b.stop()
+        if isinstance(self.model, RemoteModel):
+            await self.model.stop()
 
     # -- the job ------------------------------------------------------------------------
 
@@ -207,7 +216,9 @@ class GpuJobHandler:
         data = await self.storage.get_bytes(ctx.job.input_ref)
         prepared = await ctx.run_blocking(self.prepare, data, (resolution,))
         await ctx.progress(0.15, "inference")
-        gaussians = await self.infer_one(ctx, prepared.images[resolution], quality, resolution)
+        gaussians, charged_ms = await self.infer_charged(
+            ctx, prepared.images[resolution], quality, resolution
+        )
         await ctx.progress(0.6, "encoding")
         camera = self.model.input_camera(resolution)
         encoded = await ctx.run_blocking(encode_artifacts, gaussians, camera, prepared.mask_png)
@@ -225,7 +236,9 @@ class GpuJobHandler:
         base = self.settings.public_base_url
         return JobOutcome(
             artifacts={name: artifact_url(base, ctx.job.id, name) for name in encoded.files},
-            compute_time_ms=round((time.monotonic() - started) * 1000),
+            compute_time_ms=(
+                charged_ms if charged_ms is not None else round((time.monotonic() - started) * 1000)
+            ),
             model=self.model.version,
             extra_fields={
                 "gaussian_count": str(gaussians.count),
@@ -241,6 +254,25 @@ class GpuJobHandler:
         )
 
     async def infer_one(
+        self, ctx: JobContext, image: torch.Tensor, quality: str, resolution: int
+    ) -> Gaussians:
+        """One job's image through the model (see infer_charged)."""
+        return (await self.infer_charged(ctx, image, quality, resolution))[0]
+
+    async def infer_charged(
+        self, ctx: JobContext, image: torch.Tensor, quality: str, resolution: int
+    ) -> tuple[Gaussians, int | None]:
+        """One job's image through the model, and what the quota is charged for it when the
+        work ran elsewhere: a hosted model (SPLATQ_MODEL=remote) calls its vendor and charges
+        the vendor's reported time or cost; a local model's is measured here (None)."""
+        if isinstance(self.model, RemoteModel):
+            result = await self.model.reconstruct(ctx, image, quality)
+            if self.metrics is not None:
+                self.metrics.gaussians_per_job.labels(quality).observe(result.gaussians.count)
+            return result.gaussians, result.charge_ms
+        return await self._infer_local(ctx, image, quality, resolution), None
+
+    async def _infer_local(
         self, ctx: JobContext, image: torch.Tensor, quality: str, resolution: int
     ) -> Gaussians:
         """One job's image through the quality's batcher: batched with whatever else waits,
@@ -333,8 +365,8 @@ class GpuJobHandler:
 
 def make(settings: Settings) -> GpuJobHandler:
     """Handler factory for `splatq worker` (the default handler)."""
-    model = load_model(settings.model, settings.model_checkpoint)
     storage = open_storage(
         settings.storage_url, settings.storage_root, s3_endpoint_url=settings.s3_endpoint_url
     )
+    model = model_for(settings, storage)
     return GpuJobHandler(settings, model, storage, GpuMetrics.create())

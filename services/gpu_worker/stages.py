@@ -52,9 +52,10 @@ from splatq.services.gpu_worker.handler import (
     quick_artifact_url,
 )
 from splatq.services.gpu_worker.metrics import GpuMetrics
-from splatq.services.gpu_worker.model import load_model
+from splatq.services.gpu_worker.model import model_for
 from splatq.shared.engine import events
 from splatq.shared.engine.errors import (
+    Deferred,
     JobCanceled,
     LeaseLost,
     PermanentError,
@@ -68,7 +69,12 @@ from splatq.shared.engine.metering import quick_unit, total_ms
 from splatq.shared.engine.stages import PipelineStage, StageRecord, stage_digest
 from splatq.shared.engine.worker import JobContext, JobHandler
 from splatq.shared.settings import Settings
-from splatq.shared.storage.intermediates import IntermediateStore, StageWork, facts_int
+from splatq.shared.storage.intermediates import (
+    CHARGED_MS_FACT,
+    IntermediateStore,
+    StageWork,
+    facts_int,
+)
 from splatq.shared.storage.store import (
     ARTIFACT_FILES,
     QUICK_RUN_PREFIX,
@@ -165,8 +171,7 @@ class StageHandlers:
 
     async def shutdown(self) -> None:
         if self._device_loaded:
-            for b in self.gpu.batchers.values():
-                await b.stop()
+            await self.gpu.stop_model()
         self.gpu.executors.shutdown()
         close = getattr(self.storage, "close", None)
         if close is not None:
@@ -249,8 +254,13 @@ class StageHandlers:
         # under (a redrive's rerun nonce included), so a retried run writes the same one.
         effective = self.store.effective_digest(ctx.job, stage, digest)
 
+        charged: dict[str, str] = {}
+
         async def full_pass(image: torch.Tensor) -> Gaussians:
-            return await self.gpu.infer_one(ctx, image, quality, int(image.shape[-1]))
+            gaussians, ms = await self.gpu.infer_charged(ctx, image, quality, int(image.shape[-1]))
+            if ms is not None:  # a hosted model: the vendor's time or cost, not ours
+                charged[CHARGED_MS_FACT] = str(ms)
+            return gaussians
 
         async def work() -> tuple[dict[str, bytes], dict[str, str]]:
             blob = await self.store.read(source, "image.pt")
@@ -281,6 +291,7 @@ class StageHandlers:
                 gaussian_count=str(gaussians.count),
                 resolution=str(resolution),
                 model=self.model.version,
+                **charged,
             )
             return {"gaussians.pt": blob}, facts
 
@@ -298,11 +309,12 @@ class StageHandlers:
         self, ctx: JobContext, source: StageRecord, run: str
     ) -> dict[str, str]:
         """The quick result, or (it failed for good) none: it is an extra, and the full
-        result goes on without it (no preview_ready). A transient failure, a cancel or a lost
-        lease end the stage's run as usual (a retry does both passes again)."""
+        result goes on without it (no preview_ready). A transient failure, a cancel, a lost
+        lease or a deferral (a hosted model's vendor said later) end the stage's run as usual
+        (a retry does both passes again)."""
         try:
             return await self._quick_result(ctx, source, run)
-        except (TransientError, JobCanceled, LeaseLost):
+        except (TransientError, JobCanceled, LeaseLost, Deferred):
             raise
         except Exception as exc:
             code = exc.code if isinstance(exc, SplatqError) else type(exc).__name__
@@ -318,13 +330,13 @@ class StageHandlers:
         blob = await self.store.read(source, QUICK_IMAGE)
         image = (await ctx.run_blocking(bytes_tensors, blob))["image"]
         resolution = int(image.shape[-1])
-        gaussians = await self.gpu.infer_one(ctx, image, "preview", resolution)
+        gaussians, charged_ms = await self.gpu.infer_charged(ctx, image, "preview", resolution)
         camera = self.model.input_camera(resolution)
         mask = await self._mask(source)
         encoded = await ctx.run_blocking(encode_artifacts, gaussians, camera, mask)
         staged = await stage_and_verify(self.storage, ctx.job.id, encoded, run)
         await publish(self.storage, staged)
-        ms = round((time.monotonic() - started) * 1000)
+        ms = round((time.monotonic() - started) * 1000) if charged_ms is None else charged_ms
         ctx.log.info("stage.quick_result", run=run, resolution=resolution, duration_ms=ms)
         # Metered as soon as it is committed: the tenant has it (and may cancel the full pass).
         await ctx.meter(quick_unit(run.removeprefix(QUICK_RUN_PREFIX)), ms)
@@ -456,8 +468,8 @@ class StageHandlers:
 
 def make(settings: Settings) -> StageHandlers:
     """Stage handlers factory for `splatq worker --stages ...` (the default)."""
-    model = load_model(settings.model, settings.model_checkpoint)
     storage = open_storage(
         settings.storage_url, settings.storage_root, s3_endpoint_url=settings.s3_endpoint_url
     )
+    model = model_for(settings, storage)
     return StageHandlers(GpuJobHandler(settings, model, storage, GpuMetrics.create()))

@@ -46,6 +46,18 @@ class TransientError(SplatqError):
     retryable = True
 
 
+class Deferred(Exception):
+    """Raised by a handler: the job cannot run now for a reason outside it (a vendor said
+    "later", its circuit is open). The job goes back on the delayed set for `delay_ms`, and
+    the attempt and the delivery this run used are given back: it did nothing wrong. The
+    handler bounds how long a job may keep deferring (e.g. UPSTREAM_UNAVAILABLE after a wait)."""
+
+    def __init__(self, delay_ms: int, reason: str) -> None:
+        super().__init__(f"deferred {delay_ms} ms: {reason}")
+        self.delay_ms = max(0, int(delay_ms))
+        self.reason = reason
+
+
 class JobCanceled(Exception):
     """Raised inside a handler when the user canceled the job; ends it `canceled`."""
 

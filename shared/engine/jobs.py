@@ -145,6 +145,11 @@ class JobRecord:
     reruns: Mapping[str, str] = field(default_factory=dict)
     # The units of work its runs finished, with their measured ms (shared/engine/metering.py).
     metered: Mapping[str, int] = field(default_factory=dict)
+    # Its runs' own notes (`note.<name>` fields, note.lua), by name: e.g. a remote backend's
+    # prediction id, which a run taking the job over resumes instead of creating another.
+    notes: Mapping[str, str] = field(default_factory=dict)
+    # Times a run deferred it (errors.Deferred: not now, and no attempt counted).
+    deferrals: int = 0
 
     @classmethod
     def from_hash(cls, raw: Mapping[str, str]) -> JobRecord:
@@ -196,6 +201,8 @@ class JobRecord:
             redrives=_int(raw, "redrives"),
             reruns={k[6:]: v for k, v in raw.items() if k.startswith("rerun.") and v},
             metered=metered_units(raw),
+            notes={k[5:]: v for k, v in raw.items() if k.startswith("note.")},
+            deferrals=_int(raw, "deferrals"),
         )
 
 
@@ -252,7 +259,7 @@ class JobOutcome:
 RESERVED_FIELDS = frozenset({
     "id", "status", "attempts", "deliveries", "entry_id", "claim_key", "lease_token",
     "tenant", "worker", "stream", "cancel_requested", "v", "current_stage", "last_commit",
-    "fq", "fq_flow", "fq_cost",
+    "fq", "fq_flow", "fq_cost", "deferrals",
 })  # fmt: skip
 
 

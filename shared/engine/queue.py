@@ -771,6 +771,27 @@ class JobQueue:
         _raise_on_error(reply)
         return str(reply[0])
 
+    async def note(
+        self,
+        job_id: str,
+        token: str,
+        notes: Mapping[str, str],
+        event: str = "",
+        extra: str = "",
+    ) -> str:
+        """Write a running job's notes (`note.<name>`, note.lua), fenced by the run's lease,
+        optionally with an event: 'ok' | 'cancel_requested' | 'lease_lost'."""
+        partition = partition_of(job_id)
+        args: list[Arg] = [token, event, new_event_id(), self.settings.events_maxlen, extra]
+        for name, value in notes.items():
+            args.extend((f"note.{name}", value))
+        keys = [self.keys.job(job_id), self.keys.events(partition)]
+        reply = await self.scripts.run(ScriptCall(Script.NOTE, keys, args), resend_for_s=5.0)
+        _raise_on_error(reply)
+        if str(reply[0]) == "ok":
+            return "cancel_requested" if str(reply[1]) == "1" else "ok"
+        return str(reply[0])
+
     async def wait_for_new(
         self, partition: int, streams: Sequence[StreamName], consumer: str, block_ms: int
     ) -> list[StreamEntry]:

@@ -65,6 +65,8 @@ class Script(StrEnum):
     CLEANUP_DONE = "cleanup_done"
     ANNOUNCE = "announce"
     METER = "meter"
+    # A running job's own notes (a remote backend's prediction id, its upstream's request id).
+    NOTE = "note"
     RECLAIM = "reclaim"
     PROMOTE = "promote"
     CANCEL = "cancel"

@@ -30,6 +30,7 @@ from splatq.shared.engine.errors import (
     CORRUPT_JOB_RECORD,
     INVALID_OUTCOME,
     TIMEOUT,
+    Deferred,
     ErrorInfo,
     JobCanceled,
     LeaseLost,
@@ -107,6 +108,7 @@ class JobContext:
     started_at: float = field(default_factory=time.monotonic)
     _last_event_at: float = 0.0
     _last_stage: str = ""
+    _last_fraction: float | None = None
     _threads: set[asyncio.Future[None]] = field(default_factory=set)
     # Where run_blocking runs (the class's pool: see cpu_priority); None = asyncio's default.
     executor: Executor | None = None
@@ -148,6 +150,7 @@ class JobContext:
             # fault, so the job goes on (the heartbeat and the commit still decide).
             self.log.warning("progress.not_recorded", stage=stage, error=str(exc)[:200])
             return
+        self._last_fraction = fraction
         if emit:
             self._last_event_at, self._last_stage = now, stage
         if reply == 0:
@@ -179,6 +182,28 @@ class JobContext:
             self.lease_lost = True
             raise LeaseLost(self.job.id)
         return outcome == "ok"
+
+    async def note(
+        self, notes: Mapping[str, str], event_extra: Mapping[str, object] | None = None
+    ) -> None:
+        """Write notes of this run into the job (`note.<name>`, note.lua: fenced by the
+        lease), visible to a run that takes the job over (`job.notes`) and to users; with
+        `event_extra`, a `progress` event carrying those members goes out in the same step.
+        Raises `LeaseLost` when the run lost its job; notes a cancel it reports."""
+        extra = ""
+        if event_extra is not None:
+            fraction = self.job.progress if self._last_fraction is None else self._last_fraction
+            extra = events.progress_fields(fraction, self._last_stage or self.job.stage)
+            extra += "," + orjson.dumps(dict(event_extra)).decode()[1:-1]
+        event = EventType.PROGRESS.value if event_extra is not None else ""
+        outcome = await self.queue.note(self.job.id, self.token, notes, event, extra)
+        if outcome == "lease_lost":
+            self.lease_lost = True
+            raise LeaseLost(self.job.id)
+        if outcome == "cancel_requested":
+            self.cancel_requested = True
+        elif outcome != "ok":
+            raise ValueError(f"note refused: {outcome}")
 
     async def run_blocking(self, fn: Callable[..., T], *args: Any) -> T:
         """Run CPU/GPU-bound work in a thread so the event loop keeps renewing leases.
@@ -651,7 +676,7 @@ class Worker:
             )
             self.metrics.observe_started(job)
 
-    async def _run_job(self, running: _Running) -> None:  # noqa: PLR0912 - one outcome per exit path
+    async def _run_job(self, running: _Running) -> None:  # noqa: PLR0912, PLR0915 - one outcome per exit path
         ctx = running.ctx
         structlog.contextvars.bind_contextvars(
             job_id=ctx.job.id,
@@ -670,6 +695,8 @@ class Worker:
                 finish, outcome_label = await self._canceled(ctx), "canceled"
             except LeaseLost:
                 finish = None
+            except Deferred as exc:
+                finish, outcome_label = self._deferred(ctx, exc), "deferred"
             except asyncio.CancelledError:
                 if ctx.lease_lost:
                     finish = None
@@ -823,6 +850,20 @@ class Worker:
             with contextlib.suppress(LeaseLost, *REDIS_ERRORS, ResponseError):
                 await ctx.meter(WHOLE_JOB_UNIT, ms)
         return self._finish(ctx, "canceled")
+
+    def _deferred(self, ctx: JobContext, exc: Deferred) -> Finish:
+        """A handler's "not now" (errors.Deferred): the job is parked on the delayed set for
+        the delay, and the attempt and the delivery this run used are written back in the
+        same fenced commit (a run that lost its job commits nothing, so the counts it read at
+        its start are still the job's)."""
+        ctx.log.info("job.deferred", reason=exc.reason, delay_ms=exc.delay_ms)
+        fields = {
+            "attempts": str(max(ctx.job.attempts - 1, 0)),
+            "deliveries": str(max(ctx.job.deliveries - 1, 0)),
+            "deferrals": str(ctx.job.deferrals + 1),
+            "deferred_reason": exc.reason[:200],
+        }
+        return self._finish(ctx, "retrying", retry_delay_ms=exc.delay_ms, fields=fields)
 
     def _finish(self, ctx: JobContext, target: str, **kw: Any) -> Finish:
         return Finish(

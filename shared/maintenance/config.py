@@ -13,7 +13,7 @@ value has a default (policy.default_policies(), the schedules below).
     action = "redrive"            # redrive | hold
     delay_s = 300                 # after the entry was dead-lettered
     budget = 2                    # redrives of one job/message, ever
-    require = "none"              # none | circuit_closed (webhooks)
+    require = "none"              # none | circuit_closed (an endpoint's, a hosted model's vendor's)
     hint = { batch_max_size = "1" }  # job fields `hint_<name>` the redrive sets
 
     [tasks.retention]             # any task: schedule (cron, UTC) and enabled
@@ -177,9 +177,8 @@ def _policies(where: _Where, raw: Any) -> tuple[Policy, ...]:
         if not isinstance(hint, dict) or not all(isinstance(v, str) for v in hint.values()):
             raise where.error(f"{at}.hint", "must be a table of strings")
         kind = where.choice(item, at, "kind", DeadLetterKind)
+        # circuit_closed: a webhook message's endpoint's, a job's hosted-model vendor's
         require = where.choice(item, at, "require", Requirement, Requirement.NONE)
-        if require is Requirement.CIRCUIT_CLOSED and kind is not DeadLetterKind.WEBHOOKS:
-            raise where.error(f"{at}.require", "circuit_closed applies to webhooks only")
         if hint and kind is not DeadLetterKind.JOBS:
             raise where.error(f"{at}.hint", "hints are job fields: jobs only")
         out.append(

@@ -1,5 +1,6 @@
 """The redriver's Redis I/O on dead letters of both kinds: pages of entries, what a policy
-needs to know of each (its subject's redrive count and error, an endpoint's circuit), redrives
+needs to know of each (its subject's redrive count and error, an endpoint's or a hosted
+model vendor's circuit), redrives
 and notes that write their audit record in the same script, and audit trails.
 
 Calls the engine's scripts directly (redrive.lua, wh_redrive.lua with their optional audit
@@ -26,6 +27,7 @@ from splatq.shared.engine.stages import PipelineStage, cleared_ledger_fields, st
 from splatq.shared.maintenance.audit import AUDIT_TTL_MS, AuditRecord
 from splatq.shared.maintenance.keys import DeadLetterKind, MaintenanceKeys
 from splatq.shared.maintenance.policy import LetterView
+from splatq.shared.vendor.circuits import vendor_circuits_closed
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,9 +103,10 @@ class DeadLetterBook:
             if isinstance(reply, Exception) and not isinstance(reply, ResponseError):
                 raise reply  # a connection error: the batch is retried from its checkpoint
         hashes = [dict(r) if isinstance(r, dict) else {} for r in replies]
-        circuits = [True] * len(letters)
         if kind is DeadLetterKind.WEBHOOKS:
             circuits = await self._circuits_closed(letters)
+        else:  # a hosted model's job: its vendor's circuit (shared/vendor/circuits.py)
+            circuits = await vendor_circuits_closed(self.redis, hashes, self.schema.prefix)
         return [
             Subject(kind, letter, subject, fields, closed)
             for letter, subject, fields, closed in zip(letters, ids, hashes, circuits, strict=True)

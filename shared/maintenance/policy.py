@@ -1,9 +1,10 @@
 """Redrive policies, and what one says about one dead letter (pure: no I/O, no clock).
 
 A policy matches a kind (jobs, webhook messages) and reason codes; the first match in the
-file's order decides. `redrive` acts once the entry is older than its delay (and, for a webhook
-message that asks for it, once its endpoint's circuit is closed) while its subject has budget
-left; `hold` leaves the entry for a person. An entry no policy matches is held.
+file's order decides. `redrive` acts once the entry is older than its delay (and, when it asks
+for it, once the circuit of a webhook message's endpoint or of a hosted-model job's vendor is
+closed) while its subject has budget left; `hold` leaves the entry for a person. An entry no
+policy matches is held.
 """
 
 from __future__ import annotations
@@ -104,6 +105,7 @@ def _verdict(policy: Policy, view: LetterView, now_ms: int) -> tuple[Verdict, st
 
 def default_policies() -> tuple[Policy, ...]:
     """The policies without a file: out-of-memory jobs come back later with a smaller batch;
+    jobs whose hosted model's vendor stayed unavailable come back once its circuit closed;
     webhook messages come back once their endpoint is healthy; everything else waits for a
     person (max_deliveries_exceeded is a poison job until someone looks)."""
     return (
@@ -122,6 +124,15 @@ def default_policies() -> tuple[Policy, ...]:
             frozenset({"exhausted", "endpoint_disabled"}),
             Action.REDRIVE,
             delay_ms=600_000,
+            budget=3,
+            require=Requirement.CIRCUIT_CLOSED,
+        ),
+        Policy(
+            "upstream-after-recovery",
+            DeadLetterKind.JOBS,
+            frozenset({"UPSTREAM_UNAVAILABLE"}),
+            Action.REDRIVE,
+            delay_ms=300_000,
             budget=3,
             require=Requirement.CIRCUIT_CLOSED,
         ),

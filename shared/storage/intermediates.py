@@ -33,6 +33,9 @@ FACTS = "facts.json"
 # The marker's record of the time the run that made the outputs measured (not a fact for
 # later stages: read back and removed when the outputs are reused).
 WORK_MS_FACT = "_work_ms"
+# A fact a stage's work may return: the ms its unit is metered with instead of the time the
+# work took here (the work ran elsewhere: a hosted model's vendor-reported time or cost).
+CHARGED_MS_FACT = "_charged_ms"
 
 
 class IntermediateMissing(PermanentError):
@@ -105,6 +108,11 @@ class IntermediateStore:
         started = time.monotonic()
         files, facts = await work()
         work_ms = round((time.monotonic() - started) * 1000)
+        if CHARGED_MS_FACT in facts:
+            # Work done elsewhere and charged by its own measure (a hosted model's time or
+            # cost as its vendor reports it), not by how long this run waited for it.
+            facts = dict(facts)
+            work_ms = int(facts.pop(CHARGED_MS_FACT))
         for name, key in keys.items():
             await self.storage.put_bytes(key, files[name])
         await self.storage.put_bytes(facts_key, orjson.dumps({**facts, WORK_MS_FACT: work_ms}))

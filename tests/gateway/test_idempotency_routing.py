@@ -12,7 +12,7 @@ from aiohttp.test_utils import TestClient
 from redis.asyncio import Redis
 
 from splatq.services.gateway.images import validate_image
-from splatq.services.gateway.routes import _content_key
+from splatq.services.gateway.result_cache import content_key
 from splatq.shared.engine.events import EventType
 from splatq.shared.engine.fairness import home_partition
 from splatq.shared.engine.ids import partition_of
@@ -59,7 +59,7 @@ def _png_off_home(settings: Settings, avoid: bytes = b"") -> bytes:
     model_id = f"{settings.model}:{settings.model_checkpoint}"
     for w in range(20, 80):
         png = corpus.valid_png(w, 20)
-        key = _content_key("acme", validate_image(png), "preview", model_id)
+        key = content_key("acme", validate_image(png).sha256, "preview", model_id, 0, False)
         if png != avoid and KEYS.partition_for(key) != HOME:
             return png
     raise AssertionError("no image off the home partition")

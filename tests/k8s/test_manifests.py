@@ -32,6 +32,7 @@ from splatq.services.gateway.app import create_app
 from splatq.services.gateway.metrics import GatewayMetrics
 from splatq.services.gpu_worker.metrics import GpuMetrics
 from splatq.services.gpu_worker.oom import CUDA_OUT_OF_MEMORY
+from splatq.services.gpu_worker.remote.metrics import UpstreamMetrics
 from splatq.services.stack import WORKER_STAGES
 from splatq.services.webhook_dispatcher.metrics import DispatcherMetrics
 from splatq.shared.engine.stages import ALL_STAGES, DEVICE_STAGES, PIPELINE, parse_stage_list
@@ -282,7 +283,9 @@ def exposed_sample_names(registry: CollectorRegistry) -> set[str]:
     return names
 
 
-METRIC_CLASSES = (EngineMetrics, GatewayMetrics, GpuMetrics, DispatcherMetrics, RedriverMetrics)
+METRIC_CLASSES = (
+    EngineMetrics, GatewayMetrics, GpuMetrics, DispatcherMetrics, RedriverMetrics, UpstreamMetrics,
+)  # fmt: skip
 
 
 def metric_registries() -> list[CollectorRegistry]:

@@ -30,8 +30,8 @@ POLICY = {"name": "p", "kind": "jobs", "codes": ["X"], "action": "redrive"}
         ({"policies": [{**POLICY, "delay_s": -1}]},
          "f.toml: policies[0].delay_s: must be a number >= 0, got -1"),
         ({"policies": [POLICY, POLICY]}, "f.toml: policies[1].name: 'p' is used by an earlier"),
-        ({"policies": [{**POLICY, "require": "circuit_closed"}]},
-         "f.toml: policies[0].require: circuit_closed applies to webhooks only"),
+        ({"policies": [{**POLICY, "require": "closed"}]},
+         "f.toml: policies[0].require: must be one of none | circuit_closed, got 'closed'"),
         ({"policies": [{**POLICY, "codes": []}]}, "f.toml: policies[0].codes: must be a non-empty"),
         ({"policies": [{**POLICY, "delay": 3}]}, "f.toml: policies[0].delay: unknown key"),
         ({"tasks": {"retention": {"schedule": "61 * * * *"}}},
@@ -76,6 +76,11 @@ def test_defaults_redrive_oom_later_and_hold_poison() -> None:
     healthy = view({"exhausted"}, DeadLetterKind.WEBHOOKS, at_ms=0)
     assert decide(policies, healthy, now).verdict is Verdict.REDRIVE
     assert decide(policies, view({"gone"}, DeadLetterKind.WEBHOOKS), now).verdict is Verdict.HOLD
+    # a hosted model's job: back once its vendor's circuit is closed, after 5 minutes
+    down = view({"UPSTREAM_UNAVAILABLE"}, at_ms=0, circuit_closed=False)
+    assert (decide(policies, down, now).verdict, decide(policies, down, now).policy) == (
+        Verdict.WAIT, "upstream-after-recovery")  # fmt: skip
+    assert decide(policies, view({"UPSTREAM_UNAVAILABLE"}, at_ms=0), now).verdict is Verdict.REDRIVE
 
 
 def test_schedules_are_utc_and_seconds_capable() -> None:

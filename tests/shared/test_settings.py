@@ -36,7 +36,7 @@ def test_variables_override_defaults() -> None:
     assert s.owned_partitions == (1, 3)
     assert s.api_keys == {"k1": "acme", "k2": "beta"}
     assert s.webhook_allow_private
-    assert Settings.from_env({}).dead_letter_codes == {"CUDA_OUT_OF_MEMORY"}
+    assert Settings.from_env({}).dead_letter_codes == {"CUDA_OUT_OF_MEMORY", "UPSTREAM_UNAVAILABLE"}
     codes = {"SPLATQ_DEAD_LETTER_CODES": "CUDA_OUT_OF_MEMORY, INPUT_MISSING"}
     assert Settings.from_env(codes).dead_letter_codes == {"CUDA_OUT_OF_MEMORY", "INPUT_MISSING"}
     assert Settings.from_env({"SPLATQ_DEAD_LETTER_CODES": "none"}).dead_letter_codes == set()

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import REPO_ROOT
+from tests.vendor.conftest import fake_vendor  # noqa: F401 - the remote fleet tests' vendor
 
 SpawnWorker = Callable[..., subprocess.Popen[bytes]]
 
