@@ -262,6 +262,7 @@ async def run_up(args: argparse.Namespace, modes: list[str]) -> None:
                 args.previews,
                 args.gap,
                 args.breakdown,
+                frozenset(int(n) for n in args.drain.split(",") if n),
             )
         print(f"{mode}: done", flush=True)
     for r in results:
@@ -281,8 +282,9 @@ async def run_up(args: argparse.Namespace, modes: list[str]) -> None:
             f"| {r.layout} | {r.flood} | {len(r.loaded)} | "
             f"{statistics.median(r.unloaded):.2f} / {p95(r.unloaded):.2f} | "
             f"{statistics.median(r.loaded):.2f} / {p95(r.loaded):.2f} | "
-            f"{r.ratio_p50:.2f}x | {r.ratio_p95:.2f}x | {r.flood_seconds:.1f} | "
-            f"{r.full_per_min:.2f} |"
+            f"{r.ratio_p50:.2f}x | {r.ratio_p95:.2f}x | "
+            f"{f'{r.flood_seconds:.1f}' if r.flood_seconds else '-'} | "
+            f"{f'{r.full_per_min:.2f}' if r.flood_seconds else '-'} |"
         )
 
 
@@ -345,6 +347,12 @@ def main() -> None:
     p.add_argument("--breakdown", action="store_true", help="print each loaded preview's stages")
     p.add_argument("--floods", default="16,48", help="up*: full jobs submitted at once, per flood")
     p.add_argument("--gap", type=float, default=0.5, help="up*: seconds between loaded previews")
+    p.add_argument(
+        "--drain",
+        default="16",
+        help="up*: flood sizes waited out for the full jobs' throughput (others: previews only, "
+        "the stack stopped with the flood in flight; such a flood must come last)",
+    )
     asyncio.run(run(p.parse_args()))
 
 

@@ -146,7 +146,7 @@ class FloodResult:
     flood: int
     unloaded: list[float]
     loaded: list[float] = field(default_factory=list)
-    flood_seconds: float = 0.0  # first submission to the last full job's end
+    flood_seconds: float = 0.0  # first submission to the last full job's end (0: not waited)
     breakdowns: list[str] = field(default_factory=list)
 
     @property
@@ -159,7 +159,7 @@ class FloodResult:
 
     @property
     def full_per_min(self) -> float:
-        return self.flood / self.flood_seconds * 60
+        return self.flood / self.flood_seconds * 60 if self.flood_seconds else 0.0
 
 
 def p95(values: list[float]) -> float:
@@ -212,10 +212,12 @@ async def run_floods(
     max_previews: int,
     gap_s: float,
     breakdown: bool,
+    drain: frozenset[int] = frozenset(),
 ) -> list[FloodResult]:
     """One `splatq up` (layout `layout`; '' = its default): warm-up, the unloaded previews,
     then each flood in turn (previews one after another while it lasts, `gap_s` apart, at
-    most `max_previews`), waited out before the next."""
+    most `max_previews`); a flood whose size is in `drain` is waited out (its throughput),
+    and must be the last one otherwise (the stack stops with it in flight)."""
     results = []
     async with splatq_up(tmp, layout) as stack:
         redis = connect(stack.redis_url)
@@ -231,11 +233,15 @@ async def run_floods(
                 ]
                 for n in floods:
                     r = FloodResult(layout or "default", n, unloaded)
-                    await _one_flood(client, redis, r, image, max_previews, gap_s, breakdown)
+                    drained = n in drain
+                    await _one_flood(
+                        client, redis, r, image, max_previews, gap_s, breakdown, drained
+                    )
                     results.append(r)
                     print(f"{r.layout} flood {n}: preview p50 {statistics.median(r.loaded):.2f} s "
                           f"(unloaded {statistics.median(unloaded):.2f} s, {r.ratio_p50:.2f}x), "
-                          f"flood done in {r.flood_seconds:.0f} s", flush=True)  # fmt: skip
+                          f"flood done in {r.flood_seconds:.0f} s (0: not waited)",
+                          flush=True)  # fmt: skip
         finally:
             await redis.aclose()
     return results
@@ -249,6 +255,7 @@ async def _one_flood(
     max_previews: int,
     gap_s: float,
     breakdown: bool,
+    drained: bool,
 ) -> None:
     started_ms = int(time.time() * 1000)
     bodies = await asyncio.gather(*(client.submit("full", image) for _ in range(r.flood)))
@@ -261,8 +268,10 @@ async def _one_flood(
         if breakdown:
             r.breakdowns.append(f"{took:.2f} s: {await stage_spans(redis, str(body['id']))}")
         await asyncio.sleep(gap_s)
+    if not r.loaded:
+        raise RuntimeError("the flood ended before a preview was measured")
+    if not drained:
+        return
     while not await _all_done(redis, full_ids):  # noqa: ASYNC110 - polling another process
         await asyncio.sleep(0.5)
     r.flood_seconds = (await _last_end_ms(redis, full_ids) - started_ms) / 1000
-    if not r.loaded:
-        raise RuntimeError("the flood ended before a preview was measured")
