@@ -214,8 +214,8 @@ async def run_floods(
     breakdown: bool,
     drain: frozenset[int] = frozenset(),
 ) -> list[FloodResult]:
-    """One `splatq up` (layout `layout`; '' = its default): warm-up, the unloaded previews,
-    then each flood in turn (previews one after another while it lasts, `gap_s` apart, at
+    """One `splatq up` (layout `layout`; '' = its default): warm-up, then per flood the
+    unloaded previews and the flood (previews one after another while it lasts, `gap_s` apart, at
     most `max_previews`); a flood whose size is in `drain` is waited out (its throughput),
     and must be the last one otherwise (the stack stops with it in flight)."""
     results = []
@@ -227,11 +227,12 @@ async def run_floods(
                 client = UpClient(http, stack)
                 await client.submit("preview", image, wait_s=120)  # warm-up: model, renders
                 await client.submit("full", image, wait_s=300)
-                unloaded = [
-                    (await client.submit("preview", image, wait_s=120))[0]
-                    for _ in range(unloaded_n)
-                ]
                 for n in floods:
+                    # unloaded right before each flood: the machine's load drifts
+                    unloaded = [
+                        (await client.submit("preview", image, wait_s=120))[0]
+                        for _ in range(unloaded_n)
+                    ]
                     r = FloodResult(layout or "default", n, unloaded)
                     drained = n in drain
                     await _one_flood(

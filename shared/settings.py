@@ -340,8 +340,10 @@ class Settings:
     # kind; one GPU process for both classes when a CUDA device is there, its device
     # scheduler ordering them), `per-class` (always a process per class), `shared` (one
     # process per pod kind serving both classes, the layout before per-class processes).
+    # `synthesis_idle`: a synthesis-only process also runs under SCHED_IDLE (Linux).
     worker_classes: tuple[str, ...] = ("interactive", "synthesis")
     up_layout: str = "auto"
+    synthesis_idle: bool = True
     interactive_share: float = 0.7
     fetch_block_ms: int = 1_000
 
@@ -712,6 +714,7 @@ class Settings:
             ),
             worker_classes=_classes(e, "SPLATQ_WORKER_CLASSES"),
             up_layout=_choice(e, "SPLATQ_UP_LAYOUT", d.up_layout, UP_LAYOUTS),
+            synthesis_idle=_bool(e, "SPLATQ_SYNTHESIS_IDLE", d.synthesis_idle),
             device_memory_budget_pixels=_int(
                 e, "SPLATQ_DEVICE_MEMORY_BUDGET_PIXELS", d.device_memory_budget_pixels, 0
             ),

@@ -40,7 +40,9 @@ async def run_worker(
     (and return) once nothing waits, is delayed or runs in the partitions it owns."""
     configure_logging(settings.log_level, settings.log_format, service)
     # A synthesis-only process runs niced as a whole, every thread it will start too.
-    lower_if_synthesis_only(settings.worker_classes, settings.synthesis_nice)
+    lower_if_synthesis_only(
+        settings.worker_classes, settings.synthesis_nice, settings.synthesis_idle
+    )
     tracing.configure_tracing(settings.tracing, service)
     handler = factory(settings)
     startup = getattr(handler, "startup", None)

@@ -59,7 +59,9 @@ async def run_stage_workers(
     """Run the given stages in this process until SIGTERM/SIGINT, then drain and exit."""
     configure_logging(settings.log_level, settings.log_format, service)
     # A synthesis-only process runs niced as a whole, every thread it will start too.
-    lower_if_synthesis_only(settings.worker_classes, settings.synthesis_nice)
+    lower_if_synthesis_only(
+        settings.worker_classes, settings.synthesis_nice, settings.synthesis_idle
+    )
     tracing.configure_tracing(settings.tracing, service)
     handlers = factory(settings)
     metrics = EngineMetrics.create(

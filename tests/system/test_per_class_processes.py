@@ -22,12 +22,13 @@ from tests.system.test_staged_crash_attribution import _dead_letter, _deaths, _P
 pytestmark = pytest.mark.slow
 
 
-def thread_nices(pid: int) -> dict[int, int]:
-    """The nice value of every thread of a process (Linux priorities are per thread)."""
+def thread_nices(pid: int) -> dict[int, tuple[int, int]]:
+    """(nice, scheduling policy) of every thread of a process (Linux: both per thread)."""
     nices = {}
     for task in Path(f"/proc/{pid}/task").iterdir():
         try:
-            nices[int(task.name)] = os.getpriority(os.PRIO_PROCESS, int(task.name))
+            tid = int(task.name)
+            nices[tid] = (os.getpriority(os.PRIO_PROCESS, tid), os.sched_getscheduler(tid))
         except OSError:  # a thread that just ended
             continue
     return nices
@@ -37,8 +38,9 @@ async def test_a_synthesis_process_runs_every_thread_niced_and_an_interactive_on
     queue: JobQueue, redis_server: RedisServer, tmp_path: Path
 ) -> None:
     """With a job of its class in a blocking thread, every thread of the synthesis-only process
-    (event loop, Redis, job threads) runs SPLATQ_SYNTHESIS_NICE lower than this test, and every
-    thread of the interactive-only process at this test's own priority."""
+    (event loop, Redis, job threads) runs SPLATQ_SYNTHESIS_NICE lower than this test and under
+    SCHED_IDLE, and every thread of the interactive-only process at this test's own priority
+    and policy."""
     procs = _Processes(tmp_path)
     env = worker_env(redis_server.url, SPLATQ_JOB_HANDLER="tests.handlers:make")
     base = os.getpriority(os.PRIO_PROCESS, 0)
@@ -62,8 +64,8 @@ async def test_a_synthesis_process_runs_every_thread_niced_and_an_interactive_on
         synthesis = thread_nices(by_class["synthesis"].pid)
     finally:
         procs.kill_all()
-    assert set(synthesis.values()) == {min(19, base + 19)}, synthesis
-    assert set(interactive.values()) == {base}, interactive
+    assert set(synthesis.values()) == {(min(19, base + 19), os.SCHED_IDLE)}, synthesis
+    assert set(interactive.values()) == {(base, os.sched_getscheduler(0))}, interactive
 
 
 async def _processing(queue: JobQueue, job_id: str, stage: str) -> bool:
