@@ -275,8 +275,9 @@ async def run_up(args: argparse.Namespace, modes: list[str]) -> None:
           f"(<= {args.previews})")  # fmt: skip
     print()
     print("| layout | flood | previews | unloaded p50 / p95 (s) | under flood p50 / p95 (s) | "
-          "ratio p50 | ratio p95 | flood done in (s) | full jobs/min |")  # fmt: skip
-    print("|---|---|---|---|---|---|---|---|---|")
+          "ratio p50 | ratio p95 | flood done in (s) | full jobs/min | stack CPU s per full "
+          "job | cores the stack had |")  # fmt: skip
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for r in results:
         print(
             f"| {r.layout} | {r.flood} | {len(r.loaded)} | "
@@ -284,7 +285,9 @@ async def run_up(args: argparse.Namespace, modes: list[str]) -> None:
             f"{statistics.median(r.loaded):.2f} / {p95(r.loaded):.2f} | "
             f"{r.ratio_p50:.2f}x | {r.ratio_p95:.2f}x | "
             f"{f'{r.flood_seconds:.1f}' if r.flood_seconds else '-'} | "
-            f"{f'{r.full_per_min:.2f}' if r.flood_seconds else '-'} |"
+            f"{f'{r.full_per_min:.2f}' if r.flood_seconds else '-'} | "
+            f"{f'{r.cpu_per_full:.1f}' if r.flood_seconds else '-'} | "
+            f"{f'{r.cpu_share:.2f}' if r.flood_seconds else '-'} |"
         )
 
 

@@ -147,6 +147,9 @@ class FloodResult:
     unloaded: list[float]
     loaded: list[float] = field(default_factory=list)
     flood_seconds: float = 0.0  # first submission to the last full job's end (0: not waited)
+    # CPU seconds every process of the stack used meanwhile (the previews' included): what
+    # the flood cost, whatever share of a shared machine the stack got
+    cpu_seconds: float = 0.0
     breakdowns: list[str] = field(default_factory=list)
 
     @property
@@ -156,6 +159,15 @@ class FloodResult:
     @property
     def ratio_p95(self) -> float:
         return p95(self.loaded) / p95(self.unloaded)
+
+    @property
+    def cpu_per_full(self) -> float:
+        return self.cpu_seconds / self.flood
+
+    @property
+    def cpu_share(self) -> float:
+        """Cores the stack had on average during the flood (CPU seconds / wall seconds)."""
+        return self.cpu_seconds / self.flood_seconds if self.flood_seconds else 0.0
 
     @property
     def full_per_min(self) -> float:
@@ -181,6 +193,27 @@ async def stage_spans(redis: Any, job_id: str) -> str:
         parts.append(f"{name} +{start - last} {end - start}")
         last = end
     return ", ".join(parts)
+
+
+def stack_cpu_seconds(root: int) -> float:
+    """User + system CPU seconds of `root` and every process below it (Linux /proc)."""
+    parents: dict[int, int] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+            parents[int(stat.parent.name)] = int(fields[1])
+    tree, frontier = {root}, [root]
+    while frontier:
+        pid = frontier.pop()
+        children = [c for c, parent in parents.items() if parent == pid and c not in tree]
+        tree.update(children)
+        frontier.extend(children)
+    ticks = 0
+    for pid in tree:
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            ticks += int(fields[11]) + int(fields[12])  # utime, stime
+    return ticks / os.sysconf("SC_CLK_TCK")
 
 
 async def _all_done(redis: Any, job_ids: list[str]) -> bool:
@@ -235,9 +268,11 @@ async def run_floods(
                     ]
                     r = FloodResult(layout or "default", n, unloaded)
                     drained = n in drain
+                    cpu_before = stack_cpu_seconds(stack.proc.pid)
                     await _one_flood(
                         client, redis, r, image, max_previews, gap_s, breakdown, drained
                     )
+                    r.cpu_seconds = stack_cpu_seconds(stack.proc.pid) - cpu_before
                     results.append(r)
                     print(f"{r.layout} flood {n}: preview p50 {statistics.median(r.loaded):.2f} s "
                           f"(unloaded {statistics.median(unloaded):.2f} s, {r.ratio_p50:.2f}x), "
