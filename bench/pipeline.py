@@ -11,12 +11,18 @@ Modes (each measured in the same run, on the same machine):
                each its own process
   whole-even, staged-even   the same without CPU priority (SPLATQ_SYNTHESIS_NICE=0, torch's
                own thread count): every job's CPU work shares the cores evenly, as before
+  up           the whole flood at once: the stack exactly as `splatq up` starts it (its
+               defaults: per-class workers), `--floods` full jobs submitted at once, then
+               previews one after another while the flood lasts (bench/stack_flood.py)
+  up-shared    the same with `SPLATQ_UP_LAYOUT=shared` (one worker process per pod kind
+               serving both classes: `splatq up` before per-class workers)
 
-For each mode: the preview end-to-end time unloaded (previews one after another), then under a
-flood of full jobs (`--flood` submitted at once, more topped up as they finish) with a preview
-every `--every` seconds; the table reports both and their ratio (target <= 1.5x, staged).
+For each other mode: the preview end-to-end time unloaded (previews one after another), then
+under a flood of full jobs (`--flood` submitted at once, more topped up as they finish) with a
+preview every `--every` seconds; the table reports both and their ratio.
 
 Usage: python -m bench.pipeline [--modes whole,staged] [--flood 6] [--previews 8] [--every 3]
+       python -m bench.pipeline --modes up-shared,up [--floods 16,48] [--previews 20]
 """
 
 from __future__ import annotations
@@ -27,7 +33,6 @@ import contextlib
 import io
 import os
 import platform
-import socket
 import statistics
 import subprocess
 import sys
@@ -39,20 +44,21 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
-import orjson
 
+from bench.stack_flood import (
+    FloodResult,
+    _free_port,
+    job_form,
+    p95,
+    run_floods,
+    stage_spans,
+)
 from splatq.shared.redis.client import connect
 from splatq.shared.redis.server import RedisServer
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 TENANT, API_KEY = "bench", "sq_bench_pipeline_key"
 CPU_STAGES = "ingest,export,render,publish,cleanup"
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _env(redis_url: str, tmp: Path, **extra: str) -> dict[str, str]:
@@ -110,16 +116,7 @@ class Client:
     base: str
 
     async def submit(self, quality: str, image: bytes, wait_s: int = 0) -> tuple[float, dict]:
-        form = aiohttp.FormData(default_to_multipart=True)
-        form.add_field("image", image, filename="in.png", content_type="image/png")
-        form.add_field(
-            "params",
-            orjson.dumps({"quality": quality, "cache": False}).decode(),
-            content_type="application/json",
-        )
-        headers = {"Authorization": f"Bearer {API_KEY}"}
-        if wait_s:
-            headers["Prefer"] = f"wait={wait_s}"
+        form, headers = job_form(quality, image, API_KEY, wait_s)
         started = time.monotonic()
         async with self.http.post(f"{self.base}/v1/jobs", data=form, headers=headers) as resp:
             body = await resp.json()
@@ -187,25 +184,6 @@ class ModeResult:
         return statistics.median(self.loaded) / statistics.median(self.unloaded)
 
 
-async def stage_breakdown(redis: Any, job_id: str) -> str:
-    """'stage +wait run' in ms for each stage of a finished staged job (its ledger)."""
-    from splatq.shared.engine.jobs import JobRecord  # noqa: PLC0415
-    from splatq.shared.engine.keys import KeySchema  # noqa: PLC0415
-
-    job = JobRecord.from_hash(await redis.hgetall(KeySchema().job(job_id)))
-    spans = [
-        (stage.value, r.started_at_ms or 0, r.finished_at_ms or 0)
-        for stage, r in job.ledger.items()
-        if stage.value != "cleanup"
-    ]
-    spans.append(("publish", job.started_at_ms or 0, job.completed_at_ms or 0))
-    parts, last = [], job.created_at_ms
-    for name, start, end in spans:
-        parts.append(f"{name} +{start - last} {end - start}")
-        last = end
-    return ", ".join(parts)
-
-
 async def measure(
     client: Client,
     mode: str,
@@ -249,14 +227,72 @@ async def measure(
             raise RuntimeError(f"preview did not complete within the wait: {body}")
         loaded.append(took)
         if redis is not None and mode == "staged":
-            print(f"  preview {took:.2f} s: {await stage_breakdown(redis, body['id'])}")
+            print(f"  preview {took:.2f} s: {await stage_spans(redis, body['id'])}")
         await asyncio.sleep(max(0.0, every_s - took))
     stop.set()
     await flooder
     return ModeResult(mode, unloaded, loaded, finished, time.monotonic() - flood_started)
 
 
+UP_MODES = {"up": "", "up-shared": "shared"}  # mode -> SPLATQ_UP_LAYOUT ('' = the default)
+
+
 async def run(args: argparse.Namespace) -> None:
+    modes = args.modes.split(",")
+    up_modes = [m for m in modes if m in UP_MODES]
+    if up_modes:
+        await run_up(args, up_modes)
+    if len(up_modes) < len(modes):
+        await run_kept_flood(args, [m for m in modes if m not in UP_MODES])
+
+
+async def run_up(args: argparse.Namespace, modes: list[str]) -> None:
+    """The whole flood at once against `splatq up` per layout, in one run."""
+    floods = [int(n) for n in args.floods.split(",")]
+    image = sample_png(1)
+    results: list[FloodResult] = []
+    for mode in modes:
+        with tempfile.TemporaryDirectory() as tmp_name:
+            results += await run_floods(
+                Path(tmp_name),
+                UP_MODES[mode],
+                floods,
+                image,
+                args.unloaded,
+                args.previews,
+                args.gap,
+                args.breakdown,
+                frozenset(int(n) for n in args.drain.split(",") if n),
+            )
+        print(f"{mode}: done", flush=True)
+    for r in results:
+        for line in r.breakdowns:
+            print(f"  {r.layout} flood {r.flood}: preview {line}")
+    print()
+    machine = f"{os.cpu_count()} cpus, {platform.processor() or platform.machine()}"
+    print(f"machine: {machine}, python {platform.python_version()}; `splatq up` defaults, "
+          f"each flood submitted at once, previews one after another {args.gap} s apart "
+          f"(<= {args.previews})")  # fmt: skip
+    print()
+    print("| layout | flood | previews | unloaded p50 / p95 (s) | under flood p50 / p95 (s) | "
+          "ratio p50 | ratio p95 | flood done in (s) | full jobs/min | stack CPU s per full "
+          "job | cores the stack had |")  # fmt: skip
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    for r in results:
+        print(
+            f"| {r.layout} | {r.flood} | {len(r.loaded)} | "
+            f"{statistics.median(r.unloaded):.2f} / {p95(r.unloaded):.2f} | "
+            f"{statistics.median(r.loaded):.2f} / {p95(r.loaded):.2f} | "
+            f"{r.ratio_p50:.2f}x | {r.ratio_p95:.2f}x | "
+            f"{f'{r.flood_seconds:.1f}' if r.flood_seconds else '-'} | "
+            f"{f'{r.full_per_min:.2f}' if r.flood_seconds else '-'} | "
+            f"{f'{r.cpu_per_full:.1f}' if r.flood_seconds else '-'} | "
+            f"{f'{r.cpu_share:.2f}' if r.flood_seconds else '-'} |"
+        )
+
+
+async def run_kept_flood(args: argparse.Namespace, modes: list[str]) -> None:
+    """A flood kept at `--flood` jobs in flight, per worker mode (workers spawned here)."""
     results: list[ModeResult] = []
     extra = dict(kv.split("=", 1) for kv in args.env)
     with tempfile.TemporaryDirectory() as tmp_name:
@@ -265,7 +301,7 @@ async def run(args: argparse.Namespace) -> None:
         await server.start()
         redis = connect(server.url)
         try:
-            for mode in args.modes.split(","):
+            for mode in modes:
                 await redis.flushall()
                 async with gateway(server.url, tmp) as client:
                     procs = start_workers(mode, server.url, tmp, extra)
@@ -312,6 +348,14 @@ def main() -> None:
     p.add_argument("--unloaded", type=int, default=5, help="previews measured unloaded")
     p.add_argument("--env", action="append", default=[], help="SPLATQ_X=value for workers")
     p.add_argument("--breakdown", action="store_true", help="print each loaded preview's stages")
+    p.add_argument("--floods", default="16,48", help="up*: full jobs submitted at once, per flood")
+    p.add_argument("--gap", type=float, default=0.5, help="up*: seconds between loaded previews")
+    p.add_argument(
+        "--drain",
+        default="16",
+        help="up*: flood sizes waited out for the full jobs' throughput (others: previews only, "
+        "the stack stopped with the flood in flight; such a flood must come last)",
+    )
     asyncio.run(run(p.parse_args()))
 
 

@@ -24,14 +24,17 @@ from splatq.services.stack import (
     DEFAULT_REDIS_PORT,
     METRICS_PORT_OFFSETS,
     WORKER_STAGES,
+    WorkerProcess,
     run_stack,
 )
 from splatq.services.tenant_cli import COMMANDS as TENANT_COMMANDS
 from splatq.services.tenant_cli import add_commands as add_tenant_commands
 from splatq.services.tenant_cli import run_tenant_command
 from splatq.shared import __version__
+from splatq.shared.engine.keys import STREAMS, StreamName
 from splatq.shared.engine.stages import PipelineStage, parse_stage_list
 from splatq.shared.engine.worker import load_handler_factory
+from splatq.shared.engine.worker_classes import parse_class_list
 from splatq.shared.settings import Settings, SettingsError
 
 EXIT_USAGE = 2
@@ -131,6 +134,12 @@ def _parser() -> argparse.ArgumentParser:
         "unset = whole jobs). A GPU pod runs `reconstruct`, a CPU pod the rest",
     )
     w.add_argument(
+        "--classes",
+        default=None,
+        help="serve these job classes only: interactive, synthesis, or both (default: "
+        "SPLATQ_WORKER_CLASSES, else both); a synthesis-only process runs niced as a whole",
+    )
+    w.add_argument(
         "--stage-handlers",
         default=None,
         help="stage handlers factory 'package.module:factory' (default: SPLATQ_STAGE_HANDLERS, "
@@ -207,13 +216,13 @@ def _worker(args: argparse.Namespace, settings: Settings) -> int:
 
     if args.concurrency is not None:
         settings = settings.with_overrides(worker_concurrency=args.concurrency)
-    stages = settings.stages
-    if args.stages is not None:
-        try:
-            stages = tuple(s.value for s in parse_stage_list(args.stages))
-        except ValueError as exc:
-            print(f"splatq worker: --stages: {exc}", file=sys.stderr)
-            return EXIT_CONFIG
+    try:
+        classes = _names("--classes", parse_class_list, args.classes, settings.worker_classes)
+        stages = _names("--stages", parse_stage_list, args.stages, settings.stages)
+    except ValueError as exc:
+        print(f"splatq worker: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
+    settings = settings.with_overrides(worker_classes=classes)
     if stages:
         if args.burst:
             print("splatq worker: --burst runs whole jobs; drop --stages", file=sys.stderr)
@@ -227,6 +236,22 @@ def _worker(args: argparse.Namespace, settings: Settings) -> int:
     return _configured(
         "worker", lambda: asyncio.run(run_worker(settings, factory, burst=args.burst))
     )
+
+
+def _names(
+    option: str,
+    parse: Callable[[str], tuple[Any, ...]],
+    given: str | None,
+    default: tuple[str, ...],
+) -> tuple[str, ...]:
+    """A comma-separated option's names, checked (ValueError names the option), else the
+    setting's."""
+    if given is None:
+        return default
+    try:
+        return tuple(n.value for n in parse(given))
+    except ValueError as exc:
+        raise ValueError(f"{option}: {exc}") from None
 
 
 def _load_factory(spec: str, default: str, what: str, needs: str) -> Any:
@@ -253,7 +278,7 @@ def _stage_worker(
     factory = _load_factory(spec, DEFAULT_STAGE_HANDLERS, "stage handlers", "the 3DGS stages need")
     if factory is None:
         return EXIT_CONFIG
-    service = stage_service(stages)
+    service = stage_service(stages, parse_class_list(settings.worker_classes))
     return _configured(
         "worker", lambda: asyncio.run(run_stage_workers(settings, factory, stages, service))
     )
@@ -274,11 +299,17 @@ def _configured(command: str, run: Callable[[], object]) -> int:
     return 0
 
 
-def stage_service(stages: tuple[PipelineStage, ...]) -> str:
+def stage_service(
+    stages: tuple[PipelineStage, ...], classes: tuple[StreamName, ...] = STREAMS
+) -> str:
     """The service name a staged worker logs under and reports in splatq_build_info: that of
     its pod kind (`worker-gpu`: the device stages, `worker-cpu`: all the others, as
-    `splatq up` and k8s/base run them), else `worker`."""
-    return next((name for name, kind in WORKER_STAGES.items() if kind == stages), "worker")
+    `splatq up` and k8s/base run them) with its class when it serves one
+    (`worker-cpu-synthesis`), else `worker`."""
+    kind = next((name for name, kind in WORKER_STAGES.items() if kind == stages), None)
+    if kind is None:
+        return "worker"
+    return WorkerProcess(kind, classes).name
 
 
 _COMMANDS: dict[str, Callable[[argparse.Namespace, Settings], int]] = {

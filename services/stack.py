@@ -1,7 +1,8 @@
 """`splatq up`: the local stack -- an embedded redis-server (AOF on, data in ./var/redis)
 unless SPLATQ_REDIS_URL is set, plus one process of each service that exists; the job
-pipeline runs staged, as in production: a GPU worker process for the device stages and a CPU
-worker process for the others.
+pipeline runs staged, as in production: GPU worker processes for the device stages and CPU
+worker processes for the others, a process per job class (a synthesis one niced as a whole),
+so a flood of full jobs never shares a process, a GIL or a priority with a preview.
 
 A supervisor only: it starts, watches and stops child processes; it runs no jobs itself.
 """
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import secrets
 import signal
 import socket
@@ -24,8 +26,9 @@ import aiohttp
 import structlog
 from redis.asyncio import Redis
 
-from splatq.shared.engine.keys import KeySchema
+from splatq.shared.engine.keys import STREAMS, KeySchema, StreamName
 from splatq.shared.engine.stages import ALL_STAGES, DEVICE_STAGES, PipelineStage
+from splatq.shared.engine.worker_classes import class_label
 from splatq.shared.logs import configure_logging
 from splatq.shared.redis.client import connect
 from splatq.shared.redis.server import RedisServer, RedisServerError, die_with_parent
@@ -42,19 +45,82 @@ READY_TIMEOUT_S = 300.0
 BUNDLED_SAMPLE = Path(str(resources.files("splatq.services.gpu_worker"))) / "samples" / "sample.png"
 
 
-# The two worker processes of the staged pipeline, as the two pod kinds of k8s/base: the GPU
-# worker runs the stages that need the accelerator (CUDA when there is one, else the CPU), the
-# CPU worker every other stage, cleanup included. Each is `splatq worker --stages ...`.
+# The two pod kinds of the staged pipeline, as in k8s/base: the GPU worker runs the stages
+# that need the accelerator (CUDA when there is one, else the CPU), the CPU worker every other
+# stage, cleanup included. Each is `splatq worker --stages ...`.
 WORKER_STAGES: Mapping[str, tuple[PipelineStage, ...]] = {
     "worker-gpu": tuple(s for s in ALL_STAGES if s in DEVICE_STAGES),
     "worker-cpu": tuple(s for s in ALL_STAGES if s not in DEVICE_STAGES),
 }
 
+
+@dataclass(frozen=True, slots=True)
+class WorkerProcess:
+    """One worker process of the stack: a pod kind's stages, for one class or both."""
+
+    kind: str  # a key of WORKER_STAGES
+    classes: tuple[StreamName, ...] = STREAMS
+
+    @property
+    def name(self) -> str:
+        """'worker-cpu' (both classes) or 'worker-cpu-synthesis' (one)."""
+        label = class_label(self.classes)
+        return f"{self.kind}-{label}" if label else self.kind
+
+    @property
+    def argv(self) -> tuple[str, ...]:
+        stages = ",".join(s.value for s in WORKER_STAGES[self.kind])
+        classes = class_label(self.classes)
+        return ("worker", "--stages", stages, *(("--classes", classes) if classes else ()))
+
+
+PER_CLASS = ((StreamName.INTERACTIVE,), (StreamName.SYNTHESIS,))
+# Every worker process any layout runs, by name (their metrics offsets below).
+ALL_WORKERS: Mapping[str, WorkerProcess] = {
+    w.name: w
+    for w in (
+        *(WorkerProcess(kind) for kind in WORKER_STAGES),
+        *(WorkerProcess(kind, c) for kind in WORKER_STAGES for c in PER_CLASS),
+    )
+}
+
+
+def cuda_device_visible(settings: Settings) -> bool:
+    """Whether the GPU worker will find a CUDA device, told without importing torch here (the
+    supervisor stays light): SPLATQ_DEVICE says so, else (auto) the NVIDIA driver lists a GPU
+    that CUDA_VISIBLE_DEVICES does not hide."""
+    if settings.device != "auto":
+        return settings.device == "cuda"
+    if os.environ.get("CUDA_VISIBLE_DEVICES", None) in ("", "-1"):
+        return False
+    gpus = Path("/proc/driver/nvidia/gpus")
+    return gpus.is_dir() and any(gpus.iterdir())
+
+
+def worker_layout(settings: Settings, cuda: bool | None = None) -> tuple[WorkerProcess, ...]:
+    """The stack's worker processes by SPLATQ_UP_LAYOUT (docs/architecture.md#per-class-worker-
+    processes): `shared` one per pod kind serving both classes; `per-class` one per pod kind
+    and class; `auto` (the default) per class, except one GPU worker for both classes when a
+    CUDA device is there (one device: its scheduler and stream priorities order them)."""
+    if settings.up_layout == "shared":
+        return tuple(WorkerProcess(kind) for kind in WORKER_STAGES)
+    one_gpu_process = settings.up_layout == "auto" and (
+        cuda_device_visible(settings) if cuda is None else cuda
+    )
+    processes: list[WorkerProcess] = []
+    for kind in WORKER_STAGES:
+        if kind == "worker-gpu" and one_gpu_process:
+            processes.append(WorkerProcess(kind))
+        else:
+            processes.extend(WorkerProcess(kind, c) for c in PER_CLASS)
+    return tuple(processes)
+
+
 # Under `splatq up`, SPLATQ_METRICS_PORT is a base: each service that serves Prometheus on
 # it gets base + its offset, so no two bind one port (without it the gateway serves /metrics
 # on SPLATQ_GATEWAY_PORT, behind the admin key). A service run alone (Kubernetes: one per
 # pod) binds the port as given. The GPU worker keeps the single worker's +0 of before the
-# pipeline was staged.
+# pipeline was staged; each per-class worker has an offset of its own.
 METRICS_PORT_OFFSETS: Mapping[str, int] = {
     "worker-gpu": 0,
     "dispatcher": 1,
@@ -62,8 +128,12 @@ METRICS_PORT_OFFSETS: Mapping[str, int] = {
     "settler": 3,
     "worker-cpu": 4,
     "gateway": 5,
+    "worker-gpu-interactive": 6,
+    "worker-gpu-synthesis": 7,
+    "worker-cpu-interactive": 8,
+    "worker-cpu-synthesis": 9,
 }
-SERVICES = ("gateway", "worker-gpu", "worker-cpu", "dispatcher", "redriver", "settler")
+SERVICES = ("gateway", "dispatcher", "redriver", "settler")  # besides the workers
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,26 +141,26 @@ class ServiceSpec:
     name: str
     argv: tuple[str, ...]
     env: Mapping[str, str] = field(default_factory=dict)  # on top of the stack's environment
+    worker: bool = False
 
 
 def service_argv(name: str) -> tuple[str, ...]:
     """The `splatq` arguments of one service of the stack."""
-    stages = WORKER_STAGES.get(name)
-    if stages is None:
-        return (name,)
-    return ("worker", "--stages", ",".join(s.value for s in stages))
+    worker = ALL_WORKERS.get(name)
+    return worker.argv if worker is not None else (name,)
 
 
-def services_to_run(settings: Settings) -> list[ServiceSpec]:
-    """One process of each service: gateway, GPU worker, CPU worker, webhook dispatcher, DLQ
-    redriver, quota settler."""
+def services_to_run(settings: Settings, cuda: bool | None = None) -> list[ServiceSpec]:
+    """One process of each service -- gateway, webhook dispatcher, DLQ redriver, quota
+    settler -- and the worker processes of the layout (`worker_layout`)."""
+    workers = [w.name for w in worker_layout(settings, cuda)]
     specs = []
-    for name in SERVICES:
+    for name in (SERVICES[0], *workers, *SERVICES[1:]):
         env = {}
         if settings.metrics_port and name in METRICS_PORT_OFFSETS:
             env["SPLATQ_METRICS_PORT"] = str(settings.metrics_port + METRICS_PORT_OFFSETS[name])
         argv = (sys.executable, "-m", "splatq.services.cli", *service_argv(name))
-        specs.append(ServiceSpec(name, argv, env))
+        specs.append(ServiceSpec(name, argv, env, worker=name in ALL_WORKERS))
     return specs
 
 
@@ -139,8 +209,9 @@ async def run_stack(
         api_keys={api_key: "dev"} if api_key else settings.api_keys,
     )
     children: dict[str, asyncio.subprocess.Process] = {}
+    specs = services_to_run(settings)
     try:
-        for spec in services_to_run(settings):
+        for spec in specs:
             children[spec.name] = await asyncio.create_subprocess_exec(
                 *spec.argv,
                 env={**env, **spec.env},
@@ -152,7 +223,8 @@ async def run_stack(
                 pid=children[spec.name].pid,
                 metrics_port=int(spec.env.get("SPLATQ_METRICS_PORT", "0")) or None,
             )
-        if not await _wait_until_ready(child_settings, children):
+        workers = {s.name for s in specs if s.worker}
+        if not await _wait_until_ready(child_settings, children, workers):
             return 1
         print(up_banner(settings, api_key, redis_url), flush=True)
         return await _supervise(children, then(child_settings) if then else None)
@@ -209,14 +281,14 @@ def _display_path(path: Path) -> str:
 
 
 async def _wait_until_ready(
-    settings: Settings, children: dict[str, asyncio.subprocess.Process]
+    settings: Settings, children: dict[str, asyncio.subprocess.Process], workers: set[str]
 ) -> bool:
     """Until the gateway answers /readyz and each worker process of the stack has reached
     Redis since now (its fleet tick: after its handlers' startup, e.g. the model load). False
     when a child exits first or READY_TIMEOUT_S passes."""
     redis = connect(settings.redis_url, client_name="splatq-stack")
     keys = KeySchema(partitions=settings.partitions)
-    workers = {p.pid for name, p in children.items() if name in WORKER_STAGES}
+    pids = {p.pid for name, p in children.items() if name in workers}
     try:
         seconds, micros = await redis.time()
         since_ms = seconds * 1000 + micros // 1000
@@ -227,7 +299,7 @@ async def _wait_until_ready(
                 if dead:
                     log.error("stack.not_ready", exited=dead)
                     return False
-                if await _gateway_ready(http, settings) and workers <= await _ticked_pids(
+                if await _gateway_ready(http, settings) and pids <= await _ticked_pids(
                     redis, keys, since_ms
                 ):
                     return True

@@ -15,6 +15,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 from splatq.shared.engine.fairness import DEFAULT_COSTS, FairScheduling, parse_int_map
 from splatq.shared.engine.stages import parse_stage_list
+from splatq.shared.engine.worker_classes import UP_LAYOUTS, parse_class_list
 
 # The shortest input/artifact retention the environment may set: a typo of 0 or 60 would
 # otherwise delete nearly every stored object at the next run of the retention task.
@@ -88,6 +89,13 @@ def _stages(env: Mapping[str, str], name: str) -> tuple[str, ...]:
         return ()
     try:
         return tuple(s.value for s in parse_stage_list(raw))
+    except ValueError as exc:
+        raise SettingsError(f"{name}: {exc}") from None
+
+
+def _classes(env: Mapping[str, str], name: str) -> tuple[str, ...]:
+    try:
+        return tuple(c.value for c in parse_class_list(env.get(name, "")))
     except ValueError as exc:
         raise SettingsError(f"{name}: {exc}") from None
 
@@ -327,6 +335,18 @@ class Settings:
     # docs/benchmarks.md#staged-pipeline.
     synthesis_nice: int = 19
     synthesis_torch_threads: int = 1
+    # Per-class worker processes (docs/architecture.md#per-class-worker-processes).
+    # `worker_classes`: the job classes a worker process serves (SPLATQ_WORKER_CLASSES /
+    # --classes: interactive, synthesis, or both = one process sharing its slots, cores and
+    # GIL between them); a synthesis-only process runs wholly at `synthesis_nice`.
+    # `up_layout`: how `splatq up` lays out its workers: `auto` (a process per class and pod
+    # kind; one GPU process for both classes when a CUDA device is there, its device
+    # scheduler ordering them), `per-class` (always a process per class), `shared` (one
+    # process per pod kind serving both classes, the layout before per-class processes).
+    # `synthesis_idle`: a synthesis-only process also runs under SCHED_IDLE (Linux).
+    worker_classes: tuple[str, ...] = ("interactive", "synthesis")
+    up_layout: str = "auto"
+    synthesis_idle: bool = True
     interactive_share: float = 0.7
     fetch_block_ms: int = 1_000
 
@@ -724,6 +744,9 @@ class Settings:
             synthesis_torch_threads=_int(
                 e, "SPLATQ_SYNTHESIS_TORCH_THREADS", d.synthesis_torch_threads, 0
             ),
+            worker_classes=_classes(e, "SPLATQ_WORKER_CLASSES"),
+            up_layout=_choice(e, "SPLATQ_UP_LAYOUT", d.up_layout, UP_LAYOUTS),
+            synthesis_idle=_bool(e, "SPLATQ_SYNTHESIS_IDLE", d.synthesis_idle),
             device_memory_budget_pixels=_int(
                 e, "SPLATQ_DEVICE_MEMORY_BUDGET_PIXELS", d.device_memory_budget_pixels, 0
             ),

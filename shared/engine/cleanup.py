@@ -21,10 +21,10 @@ from redis.exceptions import ResponseError
 
 from splatq.shared.engine.fleet import REDIS_ERRORS, new_consumer_name
 from splatq.shared.engine.ids import is_job_id
-from splatq.shared.engine.keys import STREAMS
 from splatq.shared.engine.queue import JobQueue
 from splatq.shared.engine.scripts import Script, ScriptCall
 from splatq.shared.engine.stages import PipelineStage, StageRecord, StageStatus
+from splatq.shared.engine.worker_classes import parse_class_list
 from splatq.shared.metrics import EngineMetrics
 
 log = structlog.get_logger("splatq.cleanup")
@@ -50,6 +50,8 @@ class CleanupWorker:
         self.consumer = consumer or new_consumer_name()
         self.claim_idle_ms = claim_idle_ms
         self.partitions = queue.settings.owned_partitions
+        # A per-class process cleans its own class's jobs (worker_classes.py).
+        self.classes = parse_class_list(queue.settings.worker_classes)
         self.max_deliveries = queue.settings.max_deliveries
         self.block_ms = queue.settings.fetch_block_ms
         self._stopping = asyncio.Event()
@@ -90,7 +92,7 @@ class CleanupWorker:
     async def _read(self, block: bool) -> int:
         done = 0
         for p in self.partitions:
-            streams = {self.queue.keys.stream(p, s): ">" for s in STREAMS}
+            streams = {self.queue.keys.stream(p, s): ">" for s in self.classes}
             reply = await self.queue.redis.xreadgroup(
                 self.queue.group,
                 self.consumer,
@@ -107,7 +109,7 @@ class CleanupWorker:
     async def _reclaim(self) -> int:
         done = 0
         for p in self.partitions:
-            for s in STREAMS:
+            for s in self.classes:
                 key = self.queue.keys.stream(p, s)
                 reply = await self.queue.redis.xautoclaim(
                     key, self.queue.group, self.consumer, self.claim_idle_ms, "0-0", READ_COUNT

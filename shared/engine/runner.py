@@ -18,6 +18,7 @@ from splatq.shared.engine.jobs import JobOutcome, StageDone
 from splatq.shared.engine.queue import JobQueue
 from splatq.shared.engine.replicated_queue import open_queue
 from splatq.shared.engine.worker import HandlerFactory, JobContext, JobHandler, Worker
+from splatq.shared.engine.worker_classes import lower_if_synthesis_only
 from splatq.shared.liveness import health_endpoint
 from splatq.shared.logs import configure_logging
 from splatq.shared.metrics import EngineMetrics, register_build_info
@@ -38,6 +39,10 @@ async def run_worker(
     """Run one worker process until SIGTERM/SIGINT, then drain and exit. `burst`: also stop
     (and return) once nothing waits, is delayed or runs in the partitions it owns."""
     configure_logging(settings.log_level, settings.log_format, service)
+    # A synthesis-only process runs niced as a whole, every thread it will start too.
+    lower_if_synthesis_only(
+        settings.worker_classes, settings.synthesis_nice, settings.synthesis_idle
+    )
     tracing.configure_tracing(settings.tracing, service)
     handler = factory(settings)
     startup = getattr(handler, "startup", None)

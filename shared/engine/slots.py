@@ -6,7 +6,8 @@ owner needs it, the owner starts anyway and the borrower starts nothing new unti
 back within its size. So a flood of long synthesis jobs can fill an idle worker, yet never
 delays an interactive job behind it (no head-of-line blocking), and no slot idles while work
 waits. The price is a bounded, temporary overcommit (at most the owner's reservation) while
-borrowed jobs finish.
+borrowed jobs finish. A pool of a per-class process serves one class: every slot is that
+class's, and nothing is lent to the other.
 """
 
 from __future__ import annotations
@@ -37,9 +38,16 @@ class SlotPool:
     total: int
     reserved: Mapping[StreamName, int]
     running: dict[StreamName, int] = field(default_factory=lambda: dict.fromkeys(STREAMS, 0))
+    # The classes this pool serves: both, or one (a per-class process, worker_classes.py).
+    serves: tuple[StreamName, ...] = STREAMS
 
     @classmethod
-    def create(cls, total: int, interactive_share: float) -> SlotPool:
+    def create(
+        cls, total: int, interactive_share: float, serves: tuple[StreamName, ...] = STREAMS
+    ) -> SlotPool:
+        if len(serves) == 1:
+            reserved = {s: total if s in serves else 0 for s in STREAMS}
+            return cls(total=total, reserved=reserved, serves=serves)
         return cls(total=total, reserved=reserve_slots(total, interactive_share))
 
     @property
@@ -50,13 +58,26 @@ class SlotPool:
     def idle(self) -> int:
         return max(self.total - self.in_use, 0)
 
+    @property
+    def lendable(self) -> int:
+        """Idle slots a take may offer to either class (take.lua's phase 2): none in a
+        one-class pool, whose reservation is every slot already."""
+        return self.idle if len(self.serves) > 1 else 0
+
     def own(self, stream: StreamName) -> int:
         """Unused reservation of `stream`: honoured even while the other stream borrows."""
         return max(self.reserved[stream] - self.running[stream], 0)
 
     def capacity(self, stream: StreamName) -> int:
-        """Jobs of `stream` that may start now: its own unused slots, or any idle ones."""
+        """Jobs of `stream` that may start now: its own unused slots, or any idle ones
+        (none for a class the pool does not serve)."""
+        if stream not in self.serves:
+            return 0
         return max(self.own(stream), self.idle)
+
+    def waits_on_all(self) -> bool:
+        """Whether every class served has room (an idle worker may then block on a read)."""
+        return all(self.capacity(s) for s in self.serves)
 
     def guaranteed_counts(self) -> dict[StreamName, int]:
         """Phase 1 of a fetch: each stream up to its unused reservation.

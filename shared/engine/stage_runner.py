@@ -24,6 +24,7 @@ from splatq.shared.engine.replicated_queue import open_queue
 from splatq.shared.engine.runner import traced
 from splatq.shared.engine.stages import PIPELINE, PipelineStage
 from splatq.shared.engine.worker import JobHandler, Worker
+from splatq.shared.engine.worker_classes import lower_if_synthesis_only
 from splatq.shared.liveness import health_endpoint
 from splatq.shared.logs import configure_logging
 from splatq.shared.metrics import EngineMetrics, register_build_info
@@ -57,6 +58,10 @@ async def run_stage_workers(
 ) -> None:
     """Run the given stages in this process until SIGTERM/SIGINT, then drain and exit."""
     configure_logging(settings.log_level, settings.log_format, service)
+    # A synthesis-only process runs niced as a whole, every thread it will start too.
+    lower_if_synthesis_only(
+        settings.worker_classes, settings.synthesis_nice, settings.synthesis_idle
+    )
     tracing.configure_tracing(settings.tracing, service)
     handlers = factory(settings)
     metrics = EngineMetrics.create(

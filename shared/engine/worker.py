@@ -48,6 +48,7 @@ from splatq.shared.engine.reaper import Reaper
 from splatq.shared.engine.retries import decide_retry
 from splatq.shared.engine.slots import SlotPool
 from splatq.shared.engine.stages import PIPELINE, StageRecord, StageStatus, next_stage
+from splatq.shared.engine.worker_classes import parse_class_list
 from splatq.shared.metrics import EngineMetrics
 from splatq.shared.redis.client import error_reply_kind, is_transient_reply
 from splatq.shared.settings import Settings
@@ -291,7 +292,13 @@ class Worker:
         self.stage_timeout_s = (
             settings.stage_timeout_s.get(self.stage.value, 0) if self.stage is not None else 0
         )
-        self.pool = SlotPool.create(settings.worker_concurrency, settings.interactive_share)
+        # The classes this process serves (worker_classes.py): both share the slot pool, or
+        # one owns it (a per-class process).
+        self.pool = SlotPool.create(
+            settings.worker_concurrency,
+            settings.interactive_share,
+            parse_class_list(settings.worker_classes),
+        )
         # run_blocking's threads, per class; `thread_setup` is the handler's per-thread setup
         # (defaults to its `thread_setup` attribute, if it has one).
         self.executors = ClassExecutors(
@@ -454,7 +461,7 @@ class Worker:
         Returns how many entries were consumed (started or disposed of)."""
         consumed = 0
         for partition in self._partition_order():
-            for stream in STREAMS:
+            for stream in self.pool.serves:
                 capacity = self.pool.capacity(stream)
                 if capacity and self.reaper.is_due(partition, stream):
                     taken = await self.reaper.reap_stale_entries(partition, stream, capacity)
@@ -463,7 +470,6 @@ class Worker:
             consumed += await self._take(partition)
         if consumed or self._stopping.is_set():
             return consumed
-        caps = self.pool.capacities()
         if self._held:
             # The next stage is full: a blocking read would take past its bound, so look
             # again shortly (or when a slot frees) instead.
@@ -471,7 +477,7 @@ class Worker:
             self._slot_freed.clear()
             await self._wait_or_stop(self._slot_freed.wait(), timeout_s=IDLE_POLL_S)
             return 0
-        if not all(caps.values()):
+        if not self.pool.waits_on_all():
             # A stream is saturated and the others have nothing to do. A blocking read on
             # the others would hold us past the saturated stream's next free slot, so wait
             # for a slot (or a short poll interval) instead.
@@ -485,7 +491,7 @@ class Worker:
             block_ms = min(block_ms, int(IDLE_POLL_S * 1000))
         partition = self.partitions[self._rotation % len(self.partitions)]
         return await self._start(
-            await self.queue.wait_for_new(partition, STREAMS, self.consumer, block_ms)
+            await self.queue.wait_for_new(partition, self.pool.serves, self.consumer, block_ms)
         )
 
     def _partition_order(self) -> list[int]:
@@ -501,7 +507,7 @@ class Worker:
         taken = await self.queue.take(
             partition,
             self.pool.guaranteed_counts(),
-            self.pool.idle,
+            self.pool.lendable,
             self.consumer,
             resend_for_s=RESEND_WINDOW_S,
             running=self.member.running(),

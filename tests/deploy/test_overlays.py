@@ -252,7 +252,9 @@ def test_dev_runs_the_whole_stack_in_one_namespace() -> None:
         name: d["spec"]["template"]["spec"]["containers"][0]["command"]
         for name, d in deployments.items()
     }
-    assert commands["splatq-worker-cpu"] == ["splatq", "worker", "--stages", "all"]
+    for cls in ("interactive", "synthesis"):
+        command = commands[f"splatq-worker-cpu-{cls}"]
+        assert command == ["splatq", "worker", "--stages", "all", "--classes", cls]
     assert "splatq-worker-gpu" not in deployments
     for service in ("gateway", "dispatcher", "redriver", "settler"):
         assert commands[f"splatq-{service}"] == ["splatq", service]
@@ -334,9 +336,9 @@ def test_gpu_overlay_schedules_by_priority_and_spreads_over_zones() -> None:
         name: classes[d["spec"]["template"]["spec"]["priorityClassName"]]["value"]
         for name, d in deployments.items()
     }
-    serving = ("splatq-gateway", "splatq-worker-gpu", "splatq-worker-cpu", "splatq-dispatcher")
-    for name in serving:
-        for background in ("splatq-redriver", "splatq-settler"):
+    serving = ("splatq-gateway", "splatq-worker-gpu", "splatq-worker-cpu-interactive")
+    for name in (*serving, "splatq-dispatcher"):
+        for background in ("splatq-redriver", "splatq-settler", "splatq-worker-cpu-synthesis"):
             assert priority[name] > priority[background], (name, background)
     for d in deployments.values():
         keys = {
@@ -361,6 +363,7 @@ def test_gpu_overlay_runs_the_cuda_image_on_gpu_nodes_with_keda() -> None:
             image = d["spec"]["template"]["spec"]["containers"][0]["image"]
             assert image == f"registry.example.com/splatq:{PACKAGE_VERSION}", name
     scaled = objects_of(docs, "ScaledObject")
-    assert set(scaled) == {"splatq-worker-gpu", "splatq-worker-cpu"}
+    cpu_workers = {"splatq-worker-cpu-interactive", "splatq-worker-cpu-synthesis"}
+    assert set(scaled) == {"splatq-worker-gpu", *cpu_workers}
     for name in scaled:
         assert "replicas" not in deployments[name]["spec"]  # the HPA owns it

@@ -8,9 +8,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 
-from splatq.shared.engine.keys import STREAMS, KeySchema
+from splatq.shared.engine.keys import STREAMS, KeySchema, StreamName
 from splatq.shared.redis.client import cluster_startup_nodes
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "k8s" / "examples" / "redis-cluster"
@@ -32,20 +33,25 @@ def _secret_nodes() -> set[str]:
     return {first.rpartition("@")[2]} | {f"{h}:{p}" for h, p in others}
 
 
-def test_every_partition_stream_has_a_lag_and_a_length_trigger() -> None:
+@pytest.mark.parametrize("cls", STREAMS, ids=str)
+def test_every_partition_stream_has_a_lag_and_a_length_trigger(cls: StreamName) -> None:
+    """Each per-class CPU worker's ScaledObject: the stage triggers of k8s/autoscaling's
+    ScaledObject of the same name, plus a lag and a length trigger per partition on its own
+    class's entry stream (the other class's pods do not scale on it)."""
     docs = _docs("keda-scaledobject.yaml")
-    [scaled] = [d for d in docs if d["kind"] == "ScaledObject"]
+    name = f"splatq-worker-cpu-{cls.value}"
+    [scaled] = [d for d in docs if d["kind"] == "ScaledObject" and d["metadata"]["name"] == name]
+    assert len([d for d in docs if d["kind"] == "ScaledObject"]) == len(STREAMS)
     [auth] = [d for d in docs if d["kind"] == "TriggerAuthentication"]
     # the CPU worker's ScaledObject of k8s/autoscaling, by name, target and stage triggers
-    [cpu] = [d for d in _docs_at(AUTOSCALING) if d["metadata"]["name"] == "splatq-worker-cpu"]
-    assert scaled["metadata"]["name"] == cpu["metadata"]["name"]
+    [cpu] = [d for d in _docs_at(AUTOSCALING) if d["metadata"]["name"] == name]
     assert scaled["spec"]["scaleTargetRef"] == cpu["spec"]["scaleTargetRef"]
     triggers = scaled["spec"]["triggers"]
     waiting = [t for t in triggers if t["type"] == "prometheus"]
     assert waiting == [t for t in cpu["spec"]["triggers"] if t["type"] == "prometheus"]
     triggers = [t for t in triggers if t["type"] != "prometheus"]
     keys = KeySchema(partitions=PARTITIONS)
-    streams = {keys.stream(p, s) for p in range(PARTITIONS) for s in STREAMS}
+    streams = {keys.stream(p, cls) for p in range(PARTITIONS)}
     lag = {t["metadata"]["stream"] for t in triggers if "lagCount" in t["metadata"]}
     length = {t["metadata"]["stream"] for t in triggers if "streamLength" in t["metadata"]}
     assert lag == streams

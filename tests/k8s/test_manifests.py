@@ -33,9 +33,11 @@ from splatq.services.gateway.metrics import GatewayMetrics
 from splatq.services.gpu_worker.metrics import GpuMetrics
 from splatq.services.gpu_worker.oom import CUDA_OUT_OF_MEMORY
 from splatq.services.gpu_worker.remote.metrics import UpstreamMetrics
-from splatq.services.stack import WORKER_STAGES
+from splatq.services.stack import ALL_WORKERS, WORKER_STAGES
 from splatq.services.webhook_dispatcher.metrics import DispatcherMetrics
+from splatq.shared.engine.keys import STREAMS, StreamName
 from splatq.shared.engine.stages import ALL_STAGES, DEVICE_STAGES, PIPELINE, parse_stage_list
+from splatq.shared.engine.worker_classes import parse_class_list
 from splatq.shared.maintenance.metrics import RedriverMetrics
 from splatq.shared.metrics import EngineMetrics, register_build_info
 from splatq.shared.settings import Settings
@@ -46,9 +48,15 @@ BASE = K8S / "base"
 CONFIGMAP = BASE / "configmap.yaml"
 SECRET_EXAMPLE = BASE / "secret.example.yaml"
 WORKER_GPU = BASE / "worker-gpu-deployment.yaml"
-WORKER_CPU = BASE / "worker-cpu-deployment.yaml"
-# Each worker Deployment and the pod kind (`splatq up` process) whose stages it runs.
-WORKER_KINDS = {WORKER_GPU: "worker-gpu", WORKER_CPU: "worker-cpu"}
+WORKER_CPU_INTERACTIVE = BASE / "worker-cpu-interactive-deployment.yaml"
+WORKER_CPU_SYNTHESIS = BASE / "worker-cpu-synthesis-deployment.yaml"
+# Each worker Deployment and the `splatq up` process whose stages and classes it runs.
+WORKER_KINDS = {
+    WORKER_GPU: "worker-gpu",
+    WORKER_CPU_INTERACTIVE: "worker-cpu-interactive",
+    WORKER_CPU_SYNTHESIS: "worker-cpu-synthesis",
+}
+WORKER_CPUS = (WORKER_CPU_INTERACTIVE, WORKER_CPU_SYNTHESIS)
 WORKERS = tuple(WORKER_KINDS)
 GATEWAY = BASE / "gateway-deployment.yaml"
 GATEWAY_SERVICE = BASE / "gateway-service.yaml"
@@ -442,7 +450,8 @@ def test_every_object_names_its_app(path: Path) -> None:
     "path",
     [
         "worker-gpu-deployment.yaml",
-        "worker-cpu-deployment.yaml",
+        "worker-cpu-interactive-deployment.yaml",
+        "worker-cpu-synthesis-deployment.yaml",
         "dispatcher-deployment.yaml",
         "redriver-deployment.yaml",
     ],
@@ -716,19 +725,38 @@ def test_worker_container_is_wired_to_config_and_metrics(path: Path) -> None:
 def worker_stages(path: Path) -> tuple[Any, ...]:
     command = worker_container(path)["command"]
     assert command[:3] == ["splatq", "worker", "--stages"], command
-    assert len(command) == 4, command
+    assert len(command) in (4, 6), command
     return parse_stage_list(command[3])
 
 
+def worker_classes(path: Path) -> tuple[StreamName, ...]:
+    """The classes a worker Deployment serves (`--classes`, else both)."""
+    command = worker_container(path)["command"]
+    if len(command) == 4:
+        return STREAMS
+    assert command[4] == "--classes", command
+    return parse_class_list(command[5])
+
+
 def test_the_worker_kinds_run_every_stage_once() -> None:
-    """The GPU worker runs the device stages, the CPU worker every other one (cleanup too):
-    each stage has exactly one kind of pod, and the same split as `splatq up`'s processes."""
-    gpu, cpu = worker_stages(WORKER_GPU), worker_stages(WORKER_CPU)
+    """The GPU worker runs the device stages for both classes (one device, one scheduler),
+    a CPU worker per class every other stage (cleanup too): each stage of each class has
+    exactly one kind of pod, the same split as `splatq up`'s processes (ALL_WORKERS)."""
+    gpu = worker_stages(WORKER_GPU)
     assert set(gpu) == DEVICE_STAGES
-    assert not set(gpu) & set(cpu)
-    assert set(gpu) | set(cpu) == set(ALL_STAGES)
-    for path, kind in WORKER_KINDS.items():
-        assert worker_stages(path) == WORKER_STAGES[kind], kind
+    assert worker_classes(WORKER_GPU) == STREAMS
+    assert {c for p in WORKER_CPUS for c in worker_classes(p)} == set(STREAMS)
+    for path in WORKER_CPUS:
+        cpu = worker_stages(path)
+        assert len(worker_classes(path)) == 1, path
+        assert not set(gpu) & set(cpu)
+        assert set(gpu) | set(cpu) == set(ALL_STAGES)
+    for path, name in WORKER_KINDS.items():
+        process = ALL_WORKERS[name]
+        assert worker_stages(path) == WORKER_STAGES[process.kind], name
+        assert worker_classes(path) == process.classes, name
+    # SPLATQ_WORKER_CLASSES in the shared ConfigMap would make every worker the same class
+    assert "SPLATQ_WORKER_CLASSES" not in configmap_data()
     # SPLATQ_STAGES in the shared ConfigMap would make every worker the same kind
     assert "SPLATQ_STAGES" not in configmap_data()
     assert not configured_settings().stages
@@ -895,7 +923,8 @@ def test_gateway_is_scraped_on_its_metrics_port() -> None:
     assert endpoint["path"] in get_paths()
     assert job_label_of(GATEWAY) == "splatq-gateway"
     assert job_label_of(WORKER_GPU) == "splatq-worker-gpu"
-    assert job_label_of(WORKER_CPU) == "splatq-worker-cpu"
+    assert job_label_of(WORKER_CPU_INTERACTIVE) == "splatq-worker-cpu-interactive"
+    assert job_label_of(WORKER_CPU_SYNTHESIS) == "splatq-worker-cpu-synthesis"
 
 
 @pytest.mark.parametrize("path", [*WORKERS, DISPATCHER], ids=lambda p: p.stem)
@@ -951,8 +980,8 @@ def scaled_objects(path: Path = KEDA) -> dict[str, dict[str, Any]]:
 
 STAGE_WORK = re.compile(
     r'^sum\(max by \(stream, partition\) \(splatq_stage_depth\{namespace="splatq", '
-    r'stage="(\w+)"\}\)\) \+ sum\(max by \(stream, partition\) \(splatq_stage_running\{'
-    r'namespace="splatq", stage="(\w+)"\}\)\)$'
+    r'(?:stream="(\w+)", )?stage="(\w+)"\}\)\) \+ sum\(max by \(stream, partition\) '
+    r'\(splatq_stage_running\{namespace="splatq", (?:stream="(\w+)", )?stage="(\w+)"\}\)\)$'
 )
 
 
@@ -965,9 +994,19 @@ def trigger_stages(scaled: dict[str, Any]) -> dict[str, dict[str, Any]]:
             continue
         found = STAGE_WORK.match(t["metadata"]["query"])
         assert found, t["metadata"]["query"]
-        assert found[1] == found[2], t["metadata"]["query"]
-        out[found[1]] = t
+        assert found[1] == found[3], t["metadata"]["query"]
+        assert found[2] == found[4], t["metadata"]["query"]
+        out[found[2]] = t
     return out
+
+
+def trigger_classes(scaled: dict[str, Any]) -> set[str | None]:
+    """The stream="..." filters of a ScaledObject's stage queries (None: both classes)."""
+    return {
+        STAGE_WORK.match(t["metadata"]["query"])[1]  # type: ignore[index]
+        for t in scaled["spec"]["triggers"]
+        if t["type"] == "prometheus"
+    }
 
 
 def test_one_scaled_object_per_worker_kind_on_the_stages_it_runs() -> None:
@@ -983,6 +1022,9 @@ def test_one_scaled_object_per_worker_kind_on_the_stages_it_runs() -> None:
         assert target == {"apiVersion": "apps/v1", "kind": "Deployment", "name": name}
         job_stages = {s.value for s in worker_stages(deployments[name]) if s in PIPELINE}
         triggers = trigger_stages(obj)
+        classes = worker_classes(deployments[name])
+        # a per-class worker scales on its own class's work only
+        assert trigger_classes(obj) == ({None} if classes == STREAMS else {classes[0].value})
         assert set(triggers) == job_stages, name
         assert len(obj["spec"]["triggers"]) == len(triggers)  # prometheus only
         for stage, t in triggers.items():

@@ -20,10 +20,11 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from redis.asyncio import Redis
 
-from splatq.services.stack import METRICS_PORT_OFFSETS, WORKER_STAGES
+from splatq.services.stack import ALL_WORKERS, METRICS_PORT_OFFSETS, services_to_run
 from splatq.shared.engine.queue import JobQueue
 from splatq.shared.engine.stages import ALL_STAGES
 from splatq.shared.redis.server import RedisServer, free_port
+from splatq.shared.settings import Settings
 from tests.conftest import REPO_ROOT, engine_settings, spec, wait_until
 from tests.gpu_worker.conftest import sample_png
 from tests.system.conftest import SpawnService, SpawnWorker, worker_env
@@ -276,11 +277,12 @@ def _free_port_run(count: int) -> int:
 
 
 async def test_up_gives_each_service_its_own_metrics_port(tmp_path: Path) -> None:
-    """With SPLATQ_METRICS_PORT set the GPU and CPU workers, the dispatcher, the redriver and
-    the settler each serve /metrics on base + their offset, and the stack keeps running (one
-    shared port killed the worker and with it the stack). The two workers run the staged
-    pipeline between them: each samples the stage gauges and names its own pod kind."""
-    base = _free_port_run(len(METRICS_PORT_OFFSETS))
+    """With SPLATQ_METRICS_PORT set the GPU and CPU workers (a process per class), the
+    dispatcher, the redriver and the settler each serve /metrics on base + their offset, and
+    the stack keeps running (one shared port killed the worker and with it the stack). The
+    workers run the staged pipeline between them: each samples the stage gauges and names its
+    own pod kind and class."""
+    base = _free_port_run(max(METRICS_PORT_OFFSETS.values()) + 1)
     gateway_port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("SPLATQ_")}
     env.update({"SPLATQ_METRICS_PORT": str(base), "SPLATQ_GATEWAY_PORT": str(gateway_port),
@@ -291,7 +293,10 @@ async def test_up_gives_each_service_its_own_metrics_port(tmp_path: Path) -> Non
          "--redis-port", str(free_port())],
         cwd=REPO_ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
     )  # fmt: skip
-    ports = {name: base + offset for name, offset in METRICS_PORT_OFFSETS.items()}
+    # the processes of the layout `splatq up` picks here (auto: per class without CUDA)
+    names = [s.name for s in services_to_run(Settings())]
+    workers = [n for n in names if n in ALL_WORKERS]
+    ports = {name: base + METRICS_PORT_OFFSETS[name] for name in names}
     try:
         async with aiohttp.ClientSession() as http:
 
@@ -314,7 +319,7 @@ async def test_up_gives_each_service_its_own_metrics_port(tmp_path: Path) -> Non
         # each port is its own service's registry
         for name, text in families.items():
             assert f'service="{name}"' in text, (name, text[:2000])
-        for worker in WORKER_STAGES:
+        for worker in workers:
             assert "splatq_queue_depth" in families[worker]
             assert "splatq_stage_runs_total" in families[worker]
             assert "splatq_webhook_attempts_total" not in families[worker]
@@ -331,7 +336,7 @@ async def test_up_gives_each_service_its_own_metrics_port(tmp_path: Path) -> Non
 
             async def stage_gauges_sampled() -> bool:
                 # each staged worker samples every stage's gauges (the GPU scaler reads them)
-                for worker in WORKER_STAGES:
+                for worker in workers:
                     async with http.get(f"http://127.0.0.1:{ports[worker]}/metrics") as resp:
                         text = await resp.text()
                     sampled = {

@@ -30,13 +30,14 @@ class _Pod:
     """One staged worker process running every stage, replaced by a fresh one after each
     death (SIGKILL), as a Deployment would."""
 
-    def __init__(self, redis_server: RedisServer, tmp_path: Path) -> None:
+    def __init__(self, redis_server: RedisServer, tmp_path: Path, **env: str) -> None:
         self.procs = _Processes(tmp_path)
         self.env = worker_env(
             redis_server.url,
             SPLATQ_STORAGE_URL=f"file://{tmp_path / 'objects'}",
             SPLATQ_STAGES="all",
             SPLATQ_STAGE_HANDLERS=HANDLERS,
+            **env,
         )
         self.deaths = 0
         self.proc = self.procs.start(["worker"], self.env)
