@@ -88,6 +88,12 @@ OPERATIONS: dict[str, tuple[str, str]] = {
 }
 
 
+MALFORMED_REQUEST = problem(
+    "invalid_request: the HTTP request itself is malformed (its framing or a header the "
+    "server's parser refuses)"
+)
+
+
 def openapi_document(server_url: str, max_wait_s: int = 60) -> dict[str, Any]:
     """The document; `max_wait_s` is the gateway's bound on `Prefer: wait`."""
     doc = _document(server_url, max_wait_s)
@@ -96,6 +102,10 @@ def openapi_document(server_url: str, max_wait_s: int = 60) -> dict[str, Any]:
             tag, summary = OPERATIONS[operation["operationId"]]
             operation.setdefault("tags", [tag])
             operation.setdefault("summary", summary)
+            # Any request can be malformed below the API (framing, a bad Content-Length, a
+            # header the parser refuses): the server answers 400 invalid_request before any
+            # handler runs, whatever the operation.
+            operation["responses"].setdefault("400", MALFORMED_REQUEST)
     return doc
 
 

@@ -34,9 +34,10 @@ class Documented:
 
 
 DOCUMENTED = (
-    Documented("POST /v1/jobs", 415, "unsupported_media_type", "send a PNG, JPEG or WebP image",
+    Documented("POST /v1/jobs", 415, "unsupported_media_type", "send a PNG, JPEG, WebP, HEIC",
                "the schema says `image` is a file (or base64); whether its bytes are a PNG, "
-               "JPEG or WebP is the content check (docs/api.md, refused uploads)"),
+               "JPEG, WebP, HEIC/HEIF or AVIF is the content check (docs/api.md, refused "
+               "uploads)"),
     Documented("POST /v1/jobs", 422, "invalid_image|image_too_large|image_too_complex", "",
                "the bytes are an image the decoder refuses or one past the pixel/decode "
                "limits: content, not shape (docs/api.md, refused uploads)"),
