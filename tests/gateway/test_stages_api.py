@@ -161,7 +161,13 @@ async def test_the_event_stream_carries_each_stage_in_order_and_ends_with_comple
     assert all(d["attempt"] == 1 for d in progress if d["stage_status"] == "running")
     completed = payloads[-1]["data"]
     assert completed["job_id"] == waiting["id"]
-    assert set(completed["artifacts"]) == {"gaussian_ply", "splat", "spz", "rendered_preview", "mask"}
+    assert set(completed["artifacts"]) == {
+        "gaussian_ply",
+        "splat",
+        "spz",
+        "rendered_preview",
+        "mask",
+    }
     for payload in payloads:
         _check(payload, payload["event"].rsplit(".", 1)[1].capitalize() + "Event")
 
