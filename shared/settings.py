@@ -349,6 +349,15 @@ class Settings:
     synthesis_idle: bool = True
     interactive_share: float = 0.7
     fetch_block_ms: int = 1_000
+    # Worker memory (docs/operations.md#memory). glibc keeps memory a thread freed in that
+    # thread's malloc arena (up to 8 per core), so each job thread kept the peak of its largest
+    # work. `malloc_arena_max`: arenas a worker process may use (0 = glibc's default; a
+    # MALLOC_ARENA_MAX in the environment wins). `memory_trim`: free memory goes back to the
+    # OS (malloc_trim) when a job's blocking call returns and none is in flight, and at most
+    # once per `memory_trim_interval_ms` while they overlap.
+    malloc_arena_max: int = 2
+    memory_trim: bool = True
+    memory_trim_interval_ms: int = 1_000
 
     # Webhooks (used by the dispatcher issue; parsed here so configuration lives in one place).
     webhook_allow_private: bool = False
@@ -672,6 +681,14 @@ class Settings:
             worker_concurrency=_int(e, "SPLATQ_WORKER_CONCURRENCY", d.worker_concurrency, 1),
             interactive_share=_float(e, "SPLATQ_INTERACTIVE_SHARE", d.interactive_share, 0.0, 1.0),
             fetch_block_ms=_int(e, "SPLATQ_FETCH_BLOCK_MS", d.fetch_block_ms, 1),
+            # glibc reads its own MALLOC_ARENA_MAX at start: an operator's value stands
+            malloc_arena_max=0
+            if e.get("MALLOC_ARENA_MAX", "").strip()
+            else _int(e, "SPLATQ_MALLOC_ARENA_MAX", d.malloc_arena_max, 0),
+            memory_trim=_bool(e, "SPLATQ_MEMORY_TRIM", d.memory_trim),
+            memory_trim_interval_ms=_int(
+                e, "SPLATQ_MEMORY_TRIM_INTERVAL_MS", d.memory_trim_interval_ms, 0
+            ),
             webhook_allow_private=_bool(e, "SPLATQ_WEBHOOK_ALLOW_PRIVATE", False),
             webhook_max_attempts=_int(e, "SPLATQ_WEBHOOK_MAX_ATTEMPTS", d.webhook_max_attempts, 1),
             webhook_retry_base_ms=_int(

@@ -36,6 +36,7 @@ from splatq.services.gpu_worker.oom import (
     release_device_memory,
 )
 from splatq.services.gpu_worker.remote.backend import RemoteModel
+from splatq.services.gpu_worker.renderer import flush_denormals_in_this_thread
 from splatq.shared.engine.cpu_priority import ClassExecutors
 from splatq.shared.engine.errors import PermanentError, SplatqError
 from splatq.shared.engine.jobs import JobOutcome
@@ -152,7 +153,10 @@ class GpuJobHandler:
 
     def thread_setup(self, stream: StreamName) -> None:
         """Per pool thread: torch's intra-op threads are per thread, so an interactive job's
-        work keeps every core while a synthesis job's stays in its own niced thread."""
+        work keeps every core while a synthesis job's stays in its own niced thread. Subnormal
+        floats are flushed to zero in the thread before its intra-op team exists, so the team
+        inherits it (renderer.denormals_flushed says why)."""
+        flush_denormals_in_this_thread()
         n = self.settings.synthesis_torch_threads
         torch.set_num_threads(n if n and stream is StreamName.SYNTHESIS else DEFAULT_TORCH_THREADS)
 

@@ -9,6 +9,10 @@ priority (Linux: `setpriority` on the thread id, a nice value; anything a thread
 as a torch intra-op team, inherits it). The kernel then runs interactive work first whenever
 both want a core, and gives synthesis work every core nobody else wants: no starvation, no
 idle cores. Lowering one's own priority needs no privilege.
+
+The pools' threads are long-lived (a fixed set per class, none started per job), and every
+call they run goes through a `MemoryTrimmer` (memory.py), so the memory a job's work freed
+goes back to the OS instead of staying parked in the thread's malloc arena.
 """
 
 from __future__ import annotations
@@ -17,13 +21,17 @@ import os
 import sys
 import threading
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any, ParamSpec, TypeVar
 
 import structlog
 
 from splatq.shared.engine.keys import StreamName
+from splatq.shared.engine.memory import PROCESS_TRIMMER, MemoryTrimmer
 
 log = structlog.get_logger("splatq.cpu_priority")
+P = ParamSpec("P")
+T = TypeVar("T")
 
 
 def lower_this_thread(nice: int) -> bool:
@@ -52,6 +60,22 @@ def _start_thread(stream: StreamName, nice: int, setup: ThreadSetup | None) -> N
         setup(stream)
 
 
+class TrimmingThreadPool(ThreadPoolExecutor):
+    """A thread pool whose every call runs through a `MemoryTrimmer`."""
+
+    def __init__(self, trimmer: MemoryTrimmer, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.trimmer = trimmer
+
+    def submit(self, fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> Future[T]:
+        trimmer = self.trimmer
+
+        def call() -> T:
+            return trimmer.run(fn, *args, **kwargs)
+
+        return super().submit(call)
+
+
 class ClassExecutors:
     """A thread pool per class; the synthesis pool's threads run `synthesis_nice` lower."""
 
@@ -61,10 +85,12 @@ class ClassExecutors:
         max_workers: int,
         name: str = "splatq",
         setup: ThreadSetup | None = None,
+        trimmer: MemoryTrimmer = PROCESS_TRIMMER,
     ) -> None:
         self.synthesis_nice = synthesis_nice
         self._pools = {
-            s: ThreadPoolExecutor(
+            s: TrimmingThreadPool(
+                trimmer,
                 max_workers,
                 f"{name}-{s.value}",
                 initializer=_start_thread,

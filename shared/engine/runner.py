@@ -15,6 +15,7 @@ import structlog
 from splatq.shared import tracing
 from splatq.shared.engine.backlog import read_backlog
 from splatq.shared.engine.jobs import JobOutcome, StageDone
+from splatq.shared.engine.memory import configure_worker_memory
 from splatq.shared.engine.queue import JobQueue
 from splatq.shared.engine.replicated_queue import open_queue
 from splatq.shared.engine.worker import HandlerFactory, JobContext, JobHandler, Worker
@@ -44,6 +45,10 @@ async def run_worker(
         settings.worker_classes, settings.synthesis_nice, settings.synthesis_idle
     )
     tracing.configure_tracing(settings.tracing, service)
+    # Before the handlers (torch) or any pool start threads: the allocator's policy.
+    configure_worker_memory(
+        settings.malloc_arena_max, settings.memory_trim, settings.memory_trim_interval_ms / 1000
+    )
     handler = factory(settings)
     startup = getattr(handler, "startup", None)
     shutdown = getattr(handler, "shutdown", None)

@@ -20,6 +20,7 @@ import structlog
 from splatq.shared import tracing
 from splatq.shared.engine.cleanup import CleanupWorker
 from splatq.shared.engine.fleet import FleetMember
+from splatq.shared.engine.memory import configure_worker_memory
 from splatq.shared.engine.replicated_queue import open_queue
 from splatq.shared.engine.runner import traced
 from splatq.shared.engine.stages import PIPELINE, PipelineStage
@@ -63,6 +64,10 @@ async def run_stage_workers(
         settings.worker_classes, settings.synthesis_nice, settings.synthesis_idle
     )
     tracing.configure_tracing(settings.tracing, service)
+    # Before the handlers (torch) or any pool start threads: the allocator's policy.
+    configure_worker_memory(
+        settings.malloc_arena_max, settings.memory_trim, settings.memory_trim_interval_ms / 1000
+    )
     handlers = factory(settings)
     metrics = EngineMetrics.create(
         top_tenants=settings.metrics_top_tenants, named_tenants=settings.metrics_tenants
