@@ -50,6 +50,16 @@ def test_grabcut_finds_the_object_on_a_busy_backdrop(name: str) -> None:
     assert _iou(mask, truth) > 0.85
 
 
+@pytest.mark.parametrize("name", ["tiles-centred", "tiles-off-centre"])
+def test_grabcut_leaves_the_checked_cloth_cells_behind(name: str) -> None:
+    """A checked backdrop with cells of the object's hues: the cells GrabCut keeps along the
+    object's edge (lit or in its shadow) are the backdrop's colours and are cut (issue #22:
+    0.86 and 0.79 before at this size, the benchmark's target is 0.9)."""
+    photo, truth = render_scene(SMALL[name])
+    mask = grabcut_mask(np.asarray(photo)) > 0.5
+    assert _iou(mask, truth) >= 0.9
+
+
 def test_the_opaque_gaussians_cover_the_object_not_the_frame() -> None:
     """Through the model: the silhouette rendered from the input camera matches the object
     with stage 0 and is a card of the whole frame without it (the old behaviour)."""
