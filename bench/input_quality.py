@@ -14,6 +14,11 @@ photo costs to decode.
 
     python -m bench.input_quality                  # both tables
     python -m bench.input_quality --skip-decode    # IoU only
+    SPLATQ_FOREGROUND_MODEL=isnet.onnx SPLATQ_FOREGROUND_NORMALISATION=isnet \
+        python -m bench.input_quality --skip-decode --learned   # + the learned remover
+
+`--learned` adds a column for SPLATQ_FOREGROUND=learned loaded from the environment as the
+worker loads it (SPLATQ_FOREGROUND_MODEL, SPLATQ_FOREGROUND_NORMALISATION).
 """
 
 from __future__ import annotations
@@ -34,12 +39,18 @@ import torch
 from PIL import Image
 
 from splatq.services.gpu_worker.builtin_model import SilhouetteInflationModel
-from splatq.services.gpu_worker.foreground import PreparedInput, Remover, prepare_input
+from splatq.services.gpu_worker.foreground import (
+    PreparedInput,
+    Remover,
+    load_remover,
+    prepare_input,
+)
 from splatq.services.gpu_worker.gaussians import Gaussians
 from splatq.services.gpu_worker.renderer import render
 from splatq.services.gpu_worker.sample_photos import SCENES, Scene, render_scene
 from splatq.services.gpu_worker.segment_grabcut import GrabCutRemover
 from splatq.shared.images.headers import DecodeLimits
+from splatq.shared.settings import Settings
 
 TARGET_IOU = 0.9
 
@@ -117,8 +128,9 @@ def silhouette_iou(
     return (float((seen & inside).sum()) / union if union else 0.0), prepared
 
 
-def iou_table(scenes: tuple[Scene, ...], res: int) -> list[dict[str, object]]:
-    methods: dict[str, Remover | None] = {"none": None, "segmented": GrabCutRemover()}
+def iou_table(
+    scenes: tuple[Scene, ...], res: int, methods: dict[str, Remover | None]
+) -> list[dict[str, object]]:
     rows: list[dict[str, object]] = []
     for scene in scenes:
         photo, truth = render_scene(scene)
@@ -130,7 +142,7 @@ def iou_table(scenes: tuple[Scene, ...], res: int) -> list[dict[str, object]]:
                 iou, prepared = silhouette_iou(data, truth, remover, res)
                 row[name] = round(iou, 3)
                 row[f"{name}_ms"] = round((time.perf_counter() - started) * 1000)
-                if remover is not None:
+                if name == "segmented":
                     row["source"] = prepared.foreground
             rows.append(row)
             print(json.dumps(row), file=sys.stderr)
@@ -194,30 +206,47 @@ def decode_table(folder: str) -> list[dict[str, object]]:
     return rows
 
 
+def print_iou_table(rows: list[dict[str, object]], removers: list[str]) -> None:
+    """The IoU rows as a Markdown table (each remover's IoU and time), then each remover's
+    minimum, mean and count at or above the target."""
+    heads = "".join(f" {m} | {m} ms |" for m in removers)
+    print(f"\n| scene | input | none (card) |{heads} source |")
+    print("|---" * (4 + 2 * len(removers)) + "|")
+    for r in rows:
+        cells = ""
+        for m in removers:
+            mark = "" if float(r[m]) >= TARGET_IOU else " (below 0.9)"  # type: ignore[arg-type]
+            cells += f" {r[m]:.3f}{mark} | {r[f'{m}_ms']} |"
+        print(f"| {r['scene']} | {r['input']} | {r['none']:.3f} |{cells} {r['source']} |")
+    for m in removers:
+        values = [float(r[m]) for r in rows]  # type: ignore[arg-type]
+        print(
+            f"\n{m}: min {min(values):.3f}, mean {np.mean(values):.3f}; "
+            f"{sum(v >= TARGET_IOU for v in values)}/{len(values)} at or above {TARGET_IOU}"
+        )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--resolution", type=int, default=512, help="the model's input (full)")
     parser.add_argument("--skip-decode", action="store_true")
     parser.add_argument("--skip-iou", action="store_true")
+    parser.add_argument(
+        "--learned",
+        action="store_true",
+        help="also the learned remover, configured from SPLATQ_FOREGROUND_MODEL and"
+        " SPLATQ_FOREGROUND_NORMALISATION",
+    )
     parser.add_argument("--folder", default="/tmp/splatq-input-quality")
     args = parser.parse_args()
     torch.set_num_threads(max(1, (os.cpu_count() or 1)))
     print(f"# input quality (load {os.getloadavg()[0]:.1f}, {os.cpu_count()} CPUs)")
     if not args.skip_iou:
-        rows = iou_table(SCENES, args.resolution)
-        print("\n| scene | input | none (card) | segmented | source | segmented ms |")
-        print("|---|---|---|---|---|---|")
-        for r in rows:
-            mark = "" if float(r["segmented"]) >= TARGET_IOU else " (below 0.9)"  # type: ignore[arg-type]
-            print(
-                f"| {r['scene']} | {r['input']} | {r['none']:.3f} | {r['segmented']:.3f}{mark}"
-                f" | {r['source']} | {r['segmented_ms']} |"
-            )
-        seg = [float(r["segmented"]) for r in rows]  # type: ignore[arg-type]
-        print(
-            f"\nsegmented: min {min(seg):.3f}, mean {np.mean(seg):.3f}; "
-            f"{sum(s >= TARGET_IOU for s in seg)}/{len(seg)} at or above {TARGET_IOU}"
-        )
+        methods: dict[str, Remover | None] = {"none": None, "segmented": GrabCutRemover()}
+        if args.learned:
+            env = os.environ | {"SPLATQ_FOREGROUND": "learned"}
+            methods["learned"] = load_remover(Settings.from_env(env))
+        print_iou_table(iou_table(SCENES, args.resolution, methods), list(methods)[1:])
     if not args.skip_decode:
         os.makedirs(args.folder, exist_ok=True)
         rows = decode_table(args.folder)

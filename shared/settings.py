@@ -395,8 +395,12 @@ class Settings:
     # built-in GrabCut), `learned` (the ONNX remover at foreground_model, a local file; the
     # worker refuses to start without it), `none` (the model gets the whole frame) -- and
     # the margin around the object's box that recentring keeps (a fraction of its side).
+    # `foreground_normalisation`: the learned model's input statistics -- `imagenet`
+    # (U2-Net, BiRefNet) or `isnet` (mean 0.5, deviation 1: ISNet/DIS exports such as
+    # IMG.LY's background-removal-data and BRIA's RMBG-1.4).
     foreground: str = "segment"
     foreground_model: str = ""
+    foreground_normalisation: str = "imagenet"
     foreground_margin: float = 0.1
 
     # Remote model backends and the result cache (docs/hosted-model.md). `remote_config`: the
@@ -743,6 +747,12 @@ class Settings:
                 e, "SPLATQ_FOREGROUND", d.foreground, frozenset({"segment", "learned", "none"})
             ),
             foreground_model=e.get("SPLATQ_FOREGROUND_MODEL", "").strip(),
+            foreground_normalisation=_choice(
+                e,
+                "SPLATQ_FOREGROUND_NORMALISATION",
+                d.foreground_normalisation,
+                frozenset({"imagenet", "isnet"}),
+            ),
             foreground_margin=_float(e, "SPLATQ_FOREGROUND_MARGIN", d.foreground_margin, 0.0, 1.0),
             remote_config=e.get("SPLATQ_REMOTE_CONFIG", "").strip(),
             cache_soft_ttl_s=_int(e, "SPLATQ_CACHE_SOFT_TTL_S", d.cache_soft_ttl_s, 0),

@@ -97,7 +97,7 @@ def load_remover(settings: Settings) -> Remover | None:
         raise ConfigurationError(
             f"SPLATQ_FOREGROUND=learned needs onnxruntime: pip install 'splatq[learned]' ({exc})"
         ) from None
-    return OnnxRemover(Path(path))
+    return OnnxRemover(Path(path), normalisation=settings.foreground_normalisation)
 
 
 def remover_version(remover: Remover | None) -> str:

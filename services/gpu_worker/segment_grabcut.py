@@ -1,6 +1,7 @@
 """The built-in foreground segmentation: OpenCV's GrabCut, seeded from the frame's border,
 run twice -- over the whole frame, then again over the object's box at a finer scale -- and
-cleaned to the object's connected parts. Offline, no weights; good on product and object
+cleaned: the backdrop's own colours (lit or in shadow) cut from the object's edge, then the
+object's connected parts kept. Offline, no weights; good on product and object
 photos, whose subject does not touch the frame and differs in colour from its backdrop.
 
 Pure (pixels in, mask out) and deterministic (OpenCV's GMM initialisation is seeded).
@@ -32,11 +33,13 @@ MIN_PRIOR = 0.002
 # sure, the band between is decided again at the finer scale.
 REFINE_MARGIN = 0.15
 REFINE_BAND = 0.1
-# Cast shadows: looked for within this fraction of the region's short side of the edge, a
-# pixel is shadow when its colour over the local backdrop's is one factor in all channels
-# (within SHADOW_TINT of its mean).
+# The backdrop's own pixels kept by GrabCut: looked for within this fraction of the region's
+# short side of the edge, a pixel is backdrop when its colour over one of the backdrop's
+# BORDER_CLUSTERS colours is one factor in all channels (within SHADOW_TINT of its mean)
+# and that factor is within SHADOW_LIGHT -- the colour itself, or it in shadow.
 SHADOW_REACH = 0.05
-SHADOW_TINT = 0.12
+SHADOW_TINT = 0.1
+SHADOW_LIGHT = (0.4, 1.05)
 # Connected parts smaller than this fraction of the largest are specks, not object.
 MIN_PART = 0.15
 # Holes smaller than this fraction of the object are filled (GrabCut pits on highlights).
@@ -47,7 +50,7 @@ class GrabCutRemover:
     """The `segmented` foreground method (SPLATQ_FOREGROUND=segment)."""
 
     source = "segmented"
-    version = "segmented:grabcut-1"  # bumped when the same photo would get another mask
+    version = "segmented:grabcut-2"  # bumped when the same photo would get another mask
 
     def mask(self, rgb: np.ndarray) -> np.ndarray:
         return grabcut_mask(rgb)
@@ -163,31 +166,44 @@ def _second_pass(region: np.ndarray, prior: np.ndarray) -> np.ndarray:
     labels[:edge], labels[-edge:], labels[:, :edge], labels[:, -edge:] = (cv2.GC_BGD,) * 4
     labels = _grabcut(region, labels)
     found = _clean((labels == cv2.GC_FGD) | (labels == cv2.GC_PR_FGD))
-    return _clean(found & ~_cast_shadow(region, found))
+    return _clean(found & ~_backdrop_kept(region, found))
 
 
-def _cast_shadow(rgb: np.ndarray, found: np.ndarray) -> np.ndarray:
-    """Pixels near the object's edge that are its shadow, not it: the local backdrop
-    (the background's colours spread inwards) darkened by a common factor in every channel
-    -- same colour, less light. GrabCut keeps a contact shadow with a dark-edged object."""
+def _backdrop_kept(rgb: np.ndarray, found: np.ndarray) -> np.ndarray:
+    """Pixels near the object's edge that are the backdrop, not it: one of the backdrop's
+    colours (k-means of the region's background) scaled by a common factor in every channel
+    -- the same colour, lit or in shadow. GrabCut keeps a contact shadow with a dark-edged
+    object, and on a two-colour backdrop (a checked cloth) whole cells that border a part
+    of the object in a similar hue; the local mean colour cannot tell those apart (it is a
+    blend of the cells), the backdrop's palette can."""
     height, width = found.shape
-    background = (~found).astype(np.float32)
     sigma = SHADOW_REACH * min(height, width)
-    spread = cv2.GaussianBlur(rgb.astype(np.float32) * background[..., None], (0, 0), sigma)
-    weight = cv2.GaussianBlur(background, (0, 0), sigma)[..., None]
-    backdrop = spread / np.maximum(weight, 1e-3)
-    ratio = (rgb.astype(np.float32) + 4.0) / (backdrop + 4.0)
-    light = ratio.mean(axis=-1)
-    tint = (ratio.max(axis=-1) - ratio.min(axis=-1)) / np.maximum(light, 1e-3)
-    near = cv2.distanceTransform(found.astype(np.uint8), cv2.DIST_L2, 3) < sigma
-    return np.asarray(
-        found
-        & near
-        & (weight[..., 0] > 0.05)
-        & (light > 0.25)
-        & (light < 0.95)
-        & (tint < SHADOW_TINT)
-    )
+    near = found & (cv2.distanceTransform(found.astype(np.uint8), cv2.DIST_L2, 3) < sigma)
+    out = np.zeros_like(found, dtype=bool)
+    palette = _palette(rgb[~found])
+    if palette is None or not near.any():
+        return out
+    pixels = rgb[near].astype(np.float32)
+    hit = np.zeros(len(pixels), bool)
+    for colour in palette:
+        ratio = (pixels + 4.0) / (colour + 4.0)
+        light = ratio.mean(axis=-1)
+        tint = (ratio.max(axis=-1) - ratio.min(axis=-1)) / np.maximum(light, 1e-3)
+        hit |= (light > SHADOW_LIGHT[0]) & (light < SHADOW_LIGHT[1]) & (tint < SHADOW_TINT)
+    out[near] = hit
+    return out
+
+
+def _palette(samples: np.ndarray) -> np.ndarray | None:
+    """[K, 3] float32: the mean colour of each of BORDER_CLUSTERS k-means clusters of the
+    [N, 3] samples; None when there are too few samples to cluster."""
+    if len(samples) < 4 * BORDER_CLUSTERS:
+        return None
+    data = samples.astype(np.float32)
+    criteria = (cv2.TERM_CRITERIA_EPS + cv2.TERM_CRITERIA_MAX_ITER, 20, 0.5)
+    seed = np.zeros((len(data), 1), np.int32)  # unused: the centres come from k-means++
+    _, _, centres = cv2.kmeans(data, BORDER_CLUSTERS, seed, criteria, 1, cv2.KMEANS_PP_CENTERS)
+    return np.asarray(centres, np.float32)
 
 
 def _grown_box(mask: np.ndarray, scale: float, width: int, height: int) -> tuple[int, ...]:

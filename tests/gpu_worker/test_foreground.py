@@ -19,12 +19,13 @@ from PIL import Image
 from bench.input_quality import heic_bytes, jpeg_bytes, rotated_jpeg, silhouette_iou
 from splatq.services.gpu_worker.foreground import (
     ConfigurationError,
+    Remover,
     load_remover,
     object_square,
     prepare_input,
 )
 from splatq.services.gpu_worker.images import decode_image
-from splatq.services.gpu_worker.learned_remover import MEAN, STD
+from splatq.services.gpu_worker.learned_remover import NORMALISATIONS
 from splatq.services.gpu_worker.sample_photos import SCENES, Scene, render_scene
 from splatq.services.gpu_worker.samples import sample_image
 from splatq.services.gpu_worker.segment_grabcut import GrabCutRemover, grabcut_mask
@@ -48,6 +49,16 @@ def test_grabcut_finds_the_object_on_a_busy_backdrop(name: str) -> None:
     photo, truth = render_scene(SMALL[name])
     mask = grabcut_mask(np.asarray(photo)) > 0.5
     assert _iou(mask, truth) > 0.85
+
+
+@pytest.mark.parametrize("name", ["tiles-centred", "tiles-off-centre"])
+def test_grabcut_leaves_the_checked_cloth_cells_behind(name: str) -> None:
+    """A checked backdrop with cells of the object's hues: the cells GrabCut keeps along the
+    object's edge (lit or in its shadow) are the backdrop's colours and are cut (issue #22:
+    0.86 and 0.79 before at this size, the benchmark's target is 0.9)."""
+    photo, truth = render_scene(SMALL[name])
+    mask = grabcut_mask(np.asarray(photo)) > 0.5
+    assert _iou(mask, truth) >= 0.9
 
 
 def test_the_opaque_gaussians_cover_the_object_not_the_frame() -> None:
@@ -120,13 +131,20 @@ def test_heic_and_an_exif_rotated_photo_give_the_upright_object(encode: object) 
 # -- the learned remover ----------------------------------------------------------------
 
 
-def _tiny_remover(path: Path, backdrop: tuple[float, float, float], side: int = 64) -> None:
-    """A real ONNX background remover (the interface of rembg's and BiRefNet's exports:
-    [1, 3, S, S] ImageNet-normalised in, [1, 1, S, S] logits out) that calls a pixel object
-    when its colour is far from `backdrop`: undo the normalisation, squared distance, a
-    steep logistic around 0.02."""
-    mean = np.asarray(MEAN, np.float32).reshape(1, 3, 1, 1)
-    std = np.asarray(STD, np.float32).reshape(1, 3, 1, 1)
+def _tiny_remover(
+    path: Path,
+    backdrop: tuple[float, float, float],
+    side: int = 64,
+    normalisation: str = "imagenet",
+) -> None:
+    """A real ONNX background remover that calls a pixel object when its colour is far from
+    `backdrop`: undo the normalisation, squared distance, a steep logistic around 0.02.
+    `imagenet`: the interface of rembg's U2-Net and BiRefNet exports ([1, 3, S, S]
+    ImageNet-normalised in, [1, 1, S, S] logits out); `isnet`: ISNet's (RGB minus 0.5 in;
+    the probability first, then a side output, as IMG.LY's export returns them)."""
+    mean_, std_ = NORMALISATIONS[normalisation]
+    mean = np.asarray(mean_, np.float32).reshape(1, 3, 1, 1)
+    std = np.asarray(std_, np.float32).reshape(1, 3, 1, 1)
     colour = np.asarray(backdrop, np.float32).reshape(1, 3, 1, 1)
     consts = {
         "std": std, "mean": mean, "colour": colour,
@@ -141,6 +159,16 @@ def _tiny_remover(path: Path, backdrop: tuple[float, float, float], side: int = 
         helper.make_node("Sub", ["distance", "offset"], ["shifted"]),
         helper.make_node("Mul", ["shifted", "gain"], ["logits"]),
     ]
+    outputs = [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [1, 1, side, side])]
+    if normalisation == "isnet":
+        nodes += [
+            helper.make_node("Sigmoid", ["logits"], ["probability"]),
+            helper.make_node("Neg", ["probability"], ["side_output"]),
+        ]
+        outputs = [
+            helper.make_tensor_value_info(name, TensorProto.FLOAT, [1, 1, side, side])
+            for name in ("probability", "side_output")
+        ]
     initializers = [helper.make_tensor("axes", TensorProto.INT64, [1], [1])] + [
         helper.make_tensor(k, TensorProto.FLOAT, v.shape, v.flatten().tolist())
         for k, v in consts.items()
@@ -149,7 +177,7 @@ def _tiny_remover(path: Path, backdrop: tuple[float, float, float], side: int = 
         nodes,
         "tiny_remover",
         [helper.make_tensor_value_info("image", TensorProto.FLOAT, [1, 3, side, side])],
-        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [1, 1, side, side])],
+        outputs,
         initializers,
     )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
@@ -179,6 +207,41 @@ def test_the_learned_remover_runs_a_local_onnx_model(tmp_path: Path) -> None:
     truth = np.zeros((240, 320), bool)
     truth[40:200, 100:260] = np.asarray(figure)[..., 3] > 127
     assert _iou(mask, truth) > 0.85
+
+
+def _learned_iou(remover: Remover) -> float:
+    """Mask IoU of a learned remover on the figure pasted on a plain (0.2, 0.45, 0.8) photo."""
+    figure = sample_image(160, seed=4)
+    photo = Image.new("RGB", (320, 240), (51, 115, 204))
+    photo.paste(figure, (100, 40), figure)
+    prepared = prepare_input(jpeg_bytes(photo), (128,), LIMITS, remover)
+    mask = np.asarray(Image.open(io.BytesIO(prepared.mask_png or b""))) > 127
+    truth = np.zeros((240, 320), bool)
+    truth[40:200, 100:260] = np.asarray(figure)[..., 3] > 127
+    return _iou(mask, truth)
+
+
+def test_an_isnet_model_needs_its_own_normalisation(tmp_path: Path) -> None:
+    """An ISNet-style export (IMG.LY's background-removal-data: RGB minus 0.5 in, the
+    probability and side outputs out) with SPLATQ_FOREGROUND_NORMALISATION=isnet finds the
+    object; the same file under the ImageNet default gets shifted colours and does not."""
+    path = tmp_path / "isnet.onnx"
+    _tiny_remover(path, (0.2, 0.45, 0.8), normalisation="isnet")
+    env = {
+        "SPLATQ_FOREGROUND": "learned",
+        "SPLATQ_FOREGROUND_MODEL": str(path),
+        "SPLATQ_FOREGROUND_NORMALISATION": "isnet",
+    }
+    remover = load_remover(Settings.from_env(env))
+    assert remover is not None
+    assert remover.version.endswith(":64:isnet")
+    assert _learned_iou(remover) > 0.85
+    default = load_remover(
+        Settings().with_overrides(foreground="learned", foreground_model=str(path))
+    )
+    assert default is not None
+    assert default.version.endswith(":64")
+    assert _learned_iou(default) < 0.5
 
 
 def test_learned_without_its_model_file_is_a_configuration_error(tmp_path: Path) -> None:

@@ -49,6 +49,7 @@ def test_variables_override_defaults() -> None:
         ("SPLATQ_LEASE_TTL_MS", "50"),
         ("SPLATQ_INTERACTIVE_SHARE", "1.5"),
         ("SPLATQ_DEVICE", "tpu"),
+        ("SPLATQ_FOREGROUND_NORMALISATION", "u2net"),
         ("SPLATQ_WEBHOOK_ALLOW_PRIVATE", "maybe"),
         ("SPLATQ_API_KEYS", "no-colon"),
         ("SPLATQ_WORKER_PARTITIONS", "a,b"),
