@@ -183,9 +183,9 @@ class Settings:
     # Phone photos (48-64 MP) fit; a JPEG decodes DCT-scaled (shared/images/headers.py).
     max_image_pixels: int = 80_000_000
     # Pre-decode bounds on an upload (shared/images/headers.py), checked by the gateway and
-    # the worker: bytes one decoded image may take (a 50 MP HEIC decodes whole at 3 bytes a
-    # pixel), scans of a progressive JPEG.
-    max_decode_bytes: int = 150 * 1024 * 1024
+    # the worker: bytes one decoded image may take at its decode's peak (a 50 MP HEIC decodes
+    # whole and peaks at ~6 bytes a pixel: 286 MiB), scans of a progressive JPEG.
+    max_decode_bytes: int = 300 * 1024 * 1024
     max_jpeg_scans: int = 32
     # Uploads decoded at once per gateway process, and per tenant within that (past a
     # bounded wait: 429 too_many_decodes for the tenant, 503 overloaded for the process).

@@ -88,10 +88,11 @@ def _ihdr(width: int, height: int, bit_depth: int = 8, colour_type: int = 0) -> 
 
 
 @functools.cache
-def png_flood(side: int = 6324, colour_type: int = 6) -> bytes:
+def png_flood(side: int = 8900, colour_type: int = 6) -> bytes:
     """A complete, valid PNG of side x side 8-bit pixels, all zero, in one deflate stream:
-    a few hundred kB that decode to side^2 x 4 bytes (RGBA, colour type 6). 6324^2 is just
-    under the default 40,000,000-pixel limit, so only a memory-based bound refuses it."""
+    a few hundred kB that decode to side^2 x 4 bytes (RGBA, colour type 6). 8900^2 is just
+    under the default 80,000,000-pixel limit and decodes to 302 MiB, just over the default
+    300 MiB decode bound, so only that memory-based bound refuses it."""
     channels = {0: 1, 2: 3, 4: 2, 6: 4}[colour_type]
     row = bytes(1 + side * channels)  # filter type 0, then the samples
     compressor = zlib.compressobj(9)

@@ -52,9 +52,13 @@ MAX_WEBP_CHUNKS = 65_536
 DEFAULT_MAX_PIXELS = 80_000_000
 DEFAULT_MAX_SIDE = 16_384
 # What one decoded image may take in memory. Pillow holds RGB and RGBA at 4 bytes a pixel,
-# so the pixel limit alone lets a 160 kB PNG of 6324x6324 take 153 MiB (refused: over this).
-# A HEIC decodes whole at 3 bytes a pixel (no scaled decode): 150 MiB admits a 50 MP one.
-DEFAULT_MAX_DECODE_BYTES = 150 * 1024 * 1024
+# so the pixel limit alone lets a few-hundred-kB PNG of 8900x8900 take 302 MiB (refused:
+# over this).
+# A HEIC decodes whole (no scaled decode) and peaks at ~6 bytes a pixel: 300 MiB admits a
+# 50 MP one (286 MiB).
+DEFAULT_MAX_DECODE_BYTES = 300 * 1024 * 1024
+# A HEIC's peak while decoding, in decoded images: libheif's planes and the RGB image.
+HEIF_PEAK_FACTOR = 2
 # JPEG decoders can scale by 1/2, 1/4 or 1/8 while decoding (the DCT does it for free).
 JPEG_DRAFT_SCALE = 8
 
@@ -370,6 +374,9 @@ def _isobmff_header(data: bytes, fmt: ImageFormat) -> ImageHeader:
     bpp = 4 if layout.has_alpha or layout.bit_depth > 8 else 3
     if fmt is HEIF:
         width, height = upright_size(layout.width, layout.height, orientation)
-        return ImageHeader(HEIF, width, height, bytes_per_pixel=bpp)
+        # libheif decodes the whole grid into its planes and converts them to the RGB image
+        # Pillow then gets: both are alive at the peak, measured at ~6 bytes a pixel for an
+        # 8-bit RGB HEIC (72 / 139 / 276 MiB at 12 / 24 / 48 MP, docs/benchmarks.md).
+        return ImageHeader(HEIF, width, height, bytes_per_pixel=HEIF_PEAK_FACTOR * bpp)
     # Pillow holds every RGB(A) image at 4 bytes a pixel.
     return ImageHeader(AVIF, layout.width, layout.height, orientation=orientation)

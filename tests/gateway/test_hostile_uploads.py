@@ -23,7 +23,7 @@ Client = TestClient[Any, Any]
 
 HOSTILE: list[tuple[str, Callable[[], bytes], int, str]] = [
     ("jpeg_scan_bomb", lambda: hostile.jpeg_scan_bomb(1000), 422, "image_too_complex"),
-    ("png_flood_6324", hostile.png_flood, 422, "image_too_large"),
+    ("png_flood_8900", hostile.png_flood, 422, "image_too_large"),
     ("png_header_flood", hostile.png_header_flood, 422, "image_too_large"),
     ("jpeg_header_flood", hostile.jpeg_header_flood, 422, "image_too_large"),
     ("png_short_data", hostile.png_size_disagrees_with_data, 422, "invalid_image"),

@@ -454,17 +454,16 @@ def test_scan_limit_work_is_bounded() -> None:
 
 
 def test_png_pixel_flood_is_refused_on_its_decoded_bytes() -> None:
-    """A 150 kB 6324x6324 RGBA PNG (under the pixel limit) is image_too_large on the memory
-    bound, before Pillow allocates its 153 MiB; as 8-bit grey (38 MiB) it passes."""
-    data = hostile.png_flood(6324)
+    """A few-hundred-kB 8900x8900 RGBA PNG (under the pixel limit) is image_too_large on the
+    memory bound, before Pillow allocates its 302 MiB; as 8-bit grey (76 MiB) it passes."""
+    data = hostile.png_flood(8900)
     before = pillow_images_created()
     exc = reject(data)
     assert (exc.code, exc.status) == ("image_too_large", 422)
-    assert "decodes to 159971904 bytes" in exc.detail
+    assert "decodes to 316840000 bytes" in exc.detail
     assert pillow_images_created() == before
-    assert validate_image(hostile.png_flood(6324, colour_type=0)).width == 6324
-    assert reject(data, max_decode_bytes=6324 * 6324 * 4 - 1).code == "image_too_large"
-    assert validate_image(data, max_decode_bytes=6324 * 6324 * 4).height == 6324
+    assert validate_image(hostile.png_flood(8900, colour_type=0)).width == 8900
+    assert reject(data, max_decode_bytes=8900 * 8900 * 4 - 1).code == "image_too_large"
 
 
 @pytest.mark.parametrize(

@@ -146,3 +146,17 @@ def test_the_default_pixel_limit_admits_phone_photos() -> None:
     limits = images.decode_limits(DEFAULT_MAX_PIXELS, images.DEFAULT_MAX_DECODE_BYTES, 32)
     header = images.inspect_upload(hostile.jpeg_header_flood(8064, 6048), limits)
     assert header.pixels == 8064 * 6048
+
+
+def test_a_heic_is_judged_at_its_decode_peak_and_a_50_mp_one_fits_the_default() -> None:
+    """A HEIC decodes whole, libheif's planes beside the RGB image: measured ~6 bytes a pixel
+    at the peak (docs/benchmarks.md), so the decoded-bytes limit counts 6, and the default
+    still admits a 50 MP phone photo (8160 x 6120)."""
+    data = _heic(1)
+    header = read_header(data)
+    assert header.decode_bytes == header.width * header.height * 6
+    assert images.DEFAULT_MAX_DECODE_BYTES >= 8160 * 6120 * 6
+    assert validate_image(data, max_decode_bytes=header.decode_bytes).width == header.width
+    with pytest.raises(ImageRejected) as caught:
+        validate_image(data, max_decode_bytes=header.decode_bytes - 1)
+    assert caught.value.code == "image_too_large"
