@@ -67,7 +67,7 @@ typecheck: install
 	$(VENV)/bin/mypy
 
 pytest: install redis-server promtool chromium deploy-tools
-	$(VENV)/bin/pytest -q
+	$(VENV)/bin/pytest -q --durations=25
 
 test: lint typecheck pytest
 

@@ -25,6 +25,12 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent.parent
 _ENGINE_ROW = re.compile(r"^\| (splatq\S*)\s.*?\|\s+([\d,]+) \|", re.M)
 _CPU_ROW = re.compile(r"^\s+(splatq\S*)\s+.*?([\d,]+) µs", re.M)
+# The engine benchmark's per-round line since it splits enqueue and drain (the default,
+# fair-scheduled splatq row, not the "(arrival order)" one); older checkouts print the two
+# tables above instead.
+_ROUND_ROW = re.compile(
+    r"^round \d+ c=\d+: (splatq [^(\n]*?)\s+([\d,]+) jobs/s\s+redis\s+([\d,]+) µs/job$", re.M
+)
 _SUBMIT_ROW = re.compile(r"^\| median submit\s+\|\s+([\d,.]+) \|", re.M)
 _SHARE = re.compile(r"^submit / hello \(medians\):\s+([\d.]+)%", re.M)
 
@@ -62,6 +68,11 @@ def engine_round(side: Side, jobs: int, concurrency: int) -> None:
         ["bench.engine_throughput", "--only", "splatq", "--rounds", "1", "--jobs", str(jobs),
          "--concurrency", str(concurrency)],
     )  # fmt: skip
+    row = _ROUND_ROW.search(text)
+    if row is not None:
+        side.jobs_per_s.append(_number(row.group(2)))
+        side.cpu_us.append(_number(row.group(3)))
+        return
     rate = _ENGINE_ROW.search(text)
     cpu = _CPU_ROW.search(text)
     if rate is None or cpu is None:

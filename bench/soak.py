@@ -43,7 +43,7 @@ import aiohttp
 import orjson
 from redis.asyncio import Redis
 
-from splatq.services.stack import SERVICES, service_argv
+from splatq.services.stack import ALL_WORKERS, SERVICES, service_argv
 from splatq.shared.engine.keys import KeySchema
 from splatq.shared.redis.client import connect
 from splatq.shared.redis.server import free_port
@@ -78,7 +78,10 @@ def stack_processes(up_pid: int) -> dict[str, int]:
     """The `splatq up` supervisor and its children by service name (redis: the embedded
     redis-server), read from /proc."""
     procs = {"up": up_pid}
-    wanted = {" ".join(("splatq.services.cli", *service_argv(s))): s for s in SERVICES}
+    # The services and whichever worker processes the layout runs (one per pod kind, or one
+    # per pod kind and class: SPLATQ_UP_LAYOUT).
+    names = (*SERVICES, *ALL_WORKERS)
+    wanted = {" ".join(("splatq.services.cli", *service_argv(s))): s for s in names}
     raw = Path(f"/proc/{up_pid}/task/{up_pid}/children").read_text().split()
     for pid in map(int, raw):
         with contextlib.suppress(OSError):
@@ -340,7 +343,7 @@ async def measure(
                 samples.append(await take_sample(redis, keys, procs, load, t0))
                 s = samples[-1]
                 workers = " ".join(
-                    f"{n}={s.rss.get(n, 0):.0f}MB" for n in ("worker-gpu", "worker-cpu")
+                    f"{n}={mb:.0f}MB" for n, mb in s.rss.items() if n.startswith("worker-")
                 )
                 print(
                     f"t={s.elapsed_s:.0f}s submitted={s.submitted} ended={s.ended} "
@@ -366,7 +369,7 @@ async def run(args: argparse.Namespace) -> None:
     with tempfile.TemporaryDirectory(prefix="splatq-soak-") as tmp_name:
         async with splatq_up(Path(tmp_name), extra) as (base, redis_url, up_pid):
             procs = stack_processes(up_pid)
-            names = [n for n in ("up", "redis", *SERVICES) if n in procs]
+            names = [n for n in ("up", "redis", *SERVICES, *ALL_WORKERS) if n in procs]
             redis = connect(redis_url)
             redis_base = int((await redis.info("memory"))["used_memory"])
             try:
