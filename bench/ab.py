@@ -2,6 +2,7 @@
 
 Usage: python -m bench.ab --base /path/to/other/checkout [--rounds 3] [--jobs 10000]
                           [--concurrency 32] [--gateway-duration 8] [--skip-gateway]
+                          [--skip-engine]
 
 Each checkout runs its own code with its own virtual environment (`<checkout>/.venv`, made by
 `make install` there). Rounds alternate A, B, A, B, ... so machine noise hits both alike; each
@@ -105,13 +106,15 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=32)
     parser.add_argument("--gateway-duration", type=int, default=8)
     parser.add_argument("--skip-gateway", action="store_true")
+    parser.add_argument("--skip-engine", action="store_true")
     args = parser.parse_args()
     head, base = Side("this checkout", HERE), Side("base", args.base.resolve())
     for r in range(args.rounds):
         for side in (base, head) if r % 2 == 0 else (head, base):
-            engine_round(side, args.jobs, args.concurrency)
-            print(f"round {r + 1} engine  {side.name:<14} {side.jobs_per_s[-1]:>8,.0f} jobs/s "
-                  f"{side.cpu_us[-1]:>6,.0f} µs Redis CPU/job", flush=True)  # fmt: skip
+            if not args.skip_engine:
+                engine_round(side, args.jobs, args.concurrency)
+                print(f"round {r + 1} engine  {side.name:<14} {side.jobs_per_s[-1]:>8,.0f} "
+                      f"jobs/s {side.cpu_us[-1]:>6,.0f} µs Redis CPU/job", flush=True)  # fmt: skip
             if not args.skip_gateway:
                 gateway_round(side, args.gateway_duration)
                 print(f"round {r + 1} gateway {side.name:<14} {side.submits_per_s[-1]:>8,.0f} "

@@ -30,6 +30,7 @@ import math
 import os
 import platform
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -292,18 +293,35 @@ def print_report(
     print(f"after warm-up ({warm.ended} jobs ended, t={warm.elapsed_s:.0f} s) to the end "
           f"({samples[-1].ended} jobs):")  # fmt: skip
     print()
-    print("| process | RSS at warm-up MB | max after MB | end MB | growth | threads |")
-    print("|---|---|---|---|---|---|")
+    # Under load a sample holds the work in flight (a full job's export and render are tens
+    # of MB each, up to the stages' slots), so one sample against another says little about
+    # growth. Growth is a slope: the median of the first third of the samples after warm-up
+    # against the last third's (the in-load level), and the process drained at the end
+    # against the process at warm-up (what jobs left behind).
+    loaded = [s for s in after if not s.label]
+    third = max(1, len(loaded) // 3)
+    first, last = loaded[:third], loaded[-third:]
+    print("| process | RSS at warm-up MB | max after MB | median, first third | median, last "
+          "third | slope | drained MB | drained vs warm-up | threads |")  # fmt: skip
+    print("|---|---|---|---|---|---|---|---|---|")
     worst = 0.0
     for n in names:
         base = warm.rss.get(n, 0)
         top = max(s.rss.get(n, 0) for s in after)
-        growth = (top - base) / base * 100 if base else 0
-        worst = max(worst, growth)
+        early = statistics.median(s.rss.get(n, 0) for s in first)
+        late = statistics.median(s.rss.get(n, 0) for s in last)
+        slope = (late - early) / early * 100 if early else 0
+        end = samples[-1].rss.get(n, 0)
+        left = (end - base) / base * 100 if base else 0
+        if n != "redis":  # Redis holds the retained jobs: reported per job, not as growth
+            worst = max(worst, slope, left)
         threads = f"{warm.threads.get(n, 0)} -> {samples[-1].threads.get(n, 0)}"
-        print(f"| {n} | {base:.0f} | {top:.0f} | {samples[-1].rss.get(n, 0):.0f} | "
-              f"{growth:+.1f} % | {threads} |")  # fmt: skip
-    print(f"\nworst growth after warm-up: {worst:+.1f} % (target: within 10 %)")
+        print(f"| {n} | {base:.0f} | {top:.0f} | {early:.0f} | {late:.0f} | {slope:+.1f} % | "
+              f"{end:.0f} | {left:+.1f} % | {threads} |")  # fmt: skip
+    print(
+        f"\nworst growth after warm-up (slope, or drained vs warm-up; Redis apart): "
+        f"{worst:+.1f} % (target: within 10 %)"
+    )
 
 
 async def measure(
