@@ -96,8 +96,11 @@ async def start_worker(redis: Redis, settings: Settings) -> AsyncIterator[Worker
     yield factory
     for worker, _ in started:
         worker.stop()
-    for _, task in started:
-        await finish_or_cancel(task)
+    for worker, task in started:
+        # A stopped worker ends after its blocking read returns; a test that chose a long
+        # block (an idle worker's wake-up) has nothing left for it to do: cancel sooner.
+        long_block = worker.settings.fetch_block_ms > 5_000
+        await finish_or_cancel(task, timeout_s=1.0 if long_block else 15.0)
 
 
 StagesFactory = Callable[..., Awaitable[list[Any]]]
