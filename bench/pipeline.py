@@ -45,16 +45,10 @@ from typing import Any
 
 import aiohttp
 
-from bench.stack_flood import (
-    FloodResult,
-    _free_port,
-    job_form,
-    p95,
-    run_floods,
-    stage_spans,
-)
+from bench.stack_flood import FloodResult, p95, run_floods, stage_spans
+from bench.up_stack import job_form
 from splatq.shared.redis.client import connect
-from splatq.shared.redis.server import RedisServer
+from splatq.shared.redis.server import RedisServer, free_port
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 TENANT, API_KEY = "bench", "sq_bench_pipeline_key"
@@ -132,7 +126,7 @@ class Client:
 
 @contextlib.asynccontextmanager
 async def gateway(redis_url: str, tmp: Path) -> AsyncIterator[Client]:
-    port = _free_port()
+    port = free_port()
     proc = _spawn(
         ["gateway"],
         _env(redis_url, tmp, SPLATQ_GATEWAY_PORT=str(port), SPLATQ_GATEWAY_HOST="127.0.0.1"),

@@ -31,19 +31,16 @@ import os
 import platform
 import signal
 import statistics
-import subprocess
-import sys
 import tempfile
-import threading
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import aiohttp
-import orjson
 from redis.asyncio import Redis
 
+from bench.up_stack import job_form, splatq_up
 from splatq.services.stack import ALL_WORKERS, SERVICES, service_argv
 from splatq.shared.engine.keys import KeySchema
 from splatq.shared.redis.client import connect
@@ -52,7 +49,6 @@ from splatq.shared.redis.server import free_port
 REPO_ROOT = Path(__file__).resolve().parent.parent
 TENANTS = {"alpha": "sq_soak_alpha_key_0123456789", "beta": "sq_soak_beta_key_0123456789"}
 TERMINAL = {"completed", "failed", "canceled"}
-UP_TIMEOUT_S = 300.0
 
 
 def sample_png(seed: int) -> bytes:
@@ -119,71 +115,10 @@ class Load:
     open: set[str] = field(default_factory=set)
 
 
-def _spawn_up(
-    tmp: Path, env: dict[str, str], redis_port: int, log: io.BufferedWriter
-) -> subprocess.Popen[bytes]:
-    return subprocess.Popen(
-        [sys.executable, "-m", "splatq.services.cli", "up", "--redis-port", str(redis_port)],
-        cwd=tmp,
-        env=env,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=log,
-    )
-
-
-@contextlib.asynccontextmanager
-async def splatq_up(tmp: Path, extra: dict[str, str]) -> AsyncIterator[tuple[str, str, int]]:
-    """`splatq up` in `tmp`; yields (gateway URL, Redis URL, the supervisor's pid)."""
-    gateway_port, redis_port, metrics_port = free_port(), free_port(), free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("SPLATQ_")}
-    env.update(
-        SPLATQ_DATA_DIR=str(tmp / "var"),
-        SPLATQ_GATEWAY_PORT=str(gateway_port),
-        SPLATQ_METRICS_PORT=str(metrics_port),
-        SPLATQ_API_KEYS=",".join(f"{t}:{k}" for t, k in TENANTS.items()),
-        SPLATQ_LOG_LEVEL="warning",
-        SPLATQ_LOG_FORMAT="json",
-        SPLATQ_DEVICE=extra.pop("SPLATQ_DEVICE", "auto"),
-        **extra,
-    )
-    log = (tmp / "stack.log").open("wb")
-    proc = _spawn_up(tmp, env, redis_port, log)
-    try:
-        assert proc.stdout is not None
-        deadline = time.monotonic() + UP_TIMEOUT_S
-        loop = asyncio.get_running_loop()
-        while True:
-            line = await asyncio.wait_for(
-                loop.run_in_executor(None, proc.stdout.readline), deadline - time.monotonic()
-            )
-            if not line:
-                raise RuntimeError(f"splatq up exited ({proc.wait()}); see {tmp / 'stack.log'}")
-            if b"splatq is up" in line:
-                break
-        # keep the pipe drained (a full pipe would block the stack)
-        threading.Thread(target=log.writelines, args=(proc.stdout,), daemon=True).start()
-        redis_url = f"redis://127.0.0.1:{redis_port}/0"
-        yield f"http://127.0.0.1:{gateway_port}", redis_url, proc.pid
-    finally:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGINT)
-            try:
-                proc.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-        log.close()
-
-
 async def submit(
     http: aiohttp.ClientSession, base: str, tenant: str, quality: str, image: bytes
 ) -> str | None:
-    form = aiohttp.FormData(default_to_multipart=True)
-    form.add_field("image", image, filename="in.png", content_type="image/png")
-    params = orjson.dumps({"quality": quality, "cache": False}).decode()
-    form.add_field("params", params, content_type="application/json")
-    headers = {"Authorization": f"Bearer {TENANTS[tenant]}"}
+    form, headers = job_form(quality, image, TENANTS[tenant])
     async with http.post(f"{base}/v1/jobs", data=form, headers=headers) as resp:
         body = await resp.json()
         if resp.status in (200, 202):
@@ -385,7 +320,15 @@ async def run(args: argparse.Namespace) -> None:
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     with tempfile.TemporaryDirectory(prefix="splatq-soak-") as tmp_name:
-        async with splatq_up(Path(tmp_name), extra) as (base, redis_url, up_pid):
+        env = {
+            "SPLATQ_METRICS_PORT": str(free_port()),
+            "SPLATQ_API_KEYS": ",".join(f"{t}:{k}" for t, k in TENANTS.items()),
+            "SPLATQ_LOG_LEVEL": "warning",
+            "SPLATQ_LOG_FORMAT": "json",
+            **extra,
+        }
+        async with splatq_up(Path(tmp_name), env) as stack:
+            base, redis_url, up_pid = stack.base, stack.redis_url, stack.proc.pid
             procs = stack_processes(up_pid)
             names = [n for n in ("up", "redis", *SERVICES, *ALL_WORKERS) if n in procs]
             redis = connect(redis_url)

@@ -13,108 +13,21 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import socket
 import statistics
-import subprocess
-import sys
 import time
-from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import aiohttp
-import orjson
 
+from bench.up_stack import UpStack, job_form, splatq_up
 from splatq.shared.engine.jobs import JobRecord
 from splatq.shared.engine.keys import KeySchema
 from splatq.shared.redis.client import connect
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-UP_TIMEOUT_S = 300.0
 TERMINAL = ("completed", "failed", "canceled")
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-@dataclass
-class UpStack:
-    """A running `splatq up` and what a client needs of it."""
-
-    proc: subprocess.Popen[bytes]
-    base: str
-    api_key: str
-    redis_url: str
-
-
-@contextlib.asynccontextmanager
-async def splatq_up(tmp: Path, layout: str) -> AsyncIterator[UpStack]:
-    """`splatq up` in `tmp` (its own data dir, free ports), until it printed its banner."""
-    port, redis_port = _free_port(), _free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("SPLATQ_")}
-    env.update(
-        SPLATQ_DATA_DIR=str(tmp / "data"),
-        SPLATQ_GATEWAY_PORT=str(port),
-        SPLATQ_EMBEDDED_REDIS_PORT=str(redis_port),
-    )
-    if layout:
-        env["SPLATQ_UP_LAYOUT"] = layout
-    log = (tmp / f"up-{layout or 'default'}.log").open("ab")
-    proc = subprocess.Popen(  # noqa: ASYNC220 - returns at once; the banner is polled below
-        [sys.executable, "-m", "splatq.services.cli", "up"],
-        cwd=tmp,
-        env=env,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=log,
-    )
-    try:
-        await _wait_for_banner(proc)
-        key = (tmp / "data" / "dev-api-key").read_text(encoding="utf-8").strip()
-        yield UpStack(proc, f"http://127.0.0.1:{port}", key, f"redis://127.0.0.1:{redis_port}")
-    finally:
-        if proc.poll() is None:
-            proc.terminate()
-        try:
-            proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        log.close()
-
-
-async def _wait_for_banner(proc: subprocess.Popen[bytes]) -> None:
-    assert proc.stdout is not None
-    os.set_blocking(proc.stdout.fileno(), False)
-    seen = b""
-    deadline = time.monotonic() + UP_TIMEOUT_S
-    while b"splatq is up" not in seen:
-        if proc.poll() is not None or time.monotonic() > deadline:
-            raise RuntimeError(f"splatq up did not come up (exit {proc.returncode})")
-        with contextlib.suppress(BlockingIOError, TypeError):
-            seen += proc.stdout.read() or b""
-        await asyncio.sleep(0.2)
-
-
-def job_form(
-    quality: str, image: bytes, api_key: str, wait_s: int
-) -> tuple[aiohttp.FormData, dict[str, str]]:
-    """A submission's multipart body and headers (`Prefer: wait` when `wait_s`)."""
-    form = aiohttp.FormData(default_to_multipart=True)
-    form.add_field("image", image, filename="in.png", content_type="image/png")
-    form.add_field(
-        "params",
-        orjson.dumps({"quality": quality, "cache": False}).decode(),
-        content_type="application/json",
-    )
-    headers = {"Authorization": f"Bearer {api_key}"}
-    if wait_s:
-        headers["Prefer"] = f"wait={wait_s}"
-    return form, headers
 
 
 @dataclass
@@ -252,7 +165,7 @@ async def run_floods(
     most `max_previews`); a flood whose size is in `drain` is waited out (its throughput),
     and must be the last one otherwise (the stack stops with it in flight)."""
     results = []
-    async with splatq_up(tmp, layout) as stack:
+    async with splatq_up(tmp, {"SPLATQ_UP_LAYOUT": layout} if layout else None) as stack:
         redis = connect(stack.redis_url)
         timeout = aiohttp.ClientTimeout(total=900)
         try:
