@@ -9,6 +9,8 @@ import math
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 import numpy as np
 import pytest
@@ -417,3 +419,54 @@ def test_a_cpu_preview_render_peaks_at_tens_of_megabytes() -> None:
     peak = int(out.stdout.splitlines()[-1])
     print(f"preview render peak: +{peak} MB")
     assert peak < 100
+
+
+SUBNORMAL = 1e-39  # below float32's smallest normal (~1.18e-38)
+
+
+def to_8bit(image: torch.Tensor) -> torch.Tensor:
+    return (image.clamp(0.0, 1.0) * 255.0).round().to(torch.uint8)
+
+
+def _flushes_here() -> bool:
+    """Whether this thread computes subnormal float32 values as zero right now."""
+    return float(torch.tensor([SUBNORMAL], dtype=torch.float32)[0] * 1.0) == 0.0
+
+
+def test_a_cpu_render_computes_with_subnormals_flushed_and_puts_the_thread_back(
+    model: SilhouetteInflationModel, sample_gaussians: Gaussians, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """x86 computes subnormals in microcode: a CPU render that composited with them spent
+    most of its time there (docs/benchmarks.md). The compositing runs flushed; the calling
+    thread is as it was afterwards, and the image is the one an unflushed render makes."""
+    assert not _flushes_here()
+    seen: list[bool] = []
+    composite = renderer._composite_group
+
+    def spy(*args: Any, **kwargs: Any) -> Any:
+        seen.append(_flushes_here())
+        return composite(*args, **kwargs)
+
+    monkeypatch.setattr(renderer, "_composite_group", spy)
+    camera = model.input_camera(PREVIEW).orbited(25)
+    flushed = render(sample_gaussians, camera)
+    assert seen
+    assert all(seen)
+    assert not _flushes_here()
+    unflushed = renderer._render(sample_gaussians, camera, (1.0, 1.0, 1.0), 16)
+    assert torch.equal(to_8bit(flushed), to_8bit(unflushed))
+
+
+def test_a_job_pool_thread_flushes_subnormals_for_good() -> None:
+    """A job pool thread sets it at its start (handler.thread_setup), before its torch
+    intra-op team exists, so the team inherits it; a direct render there leaves it on."""
+
+    def in_a_pool_thread() -> bool:
+        renderer.flush_denormals_in_this_thread()
+        with renderer.denormals_flushed(torch.device("cpu")):
+            pass
+        return _flushes_here()
+
+    with ThreadPoolExecutor(1) as pool:
+        assert pool.submit(in_a_pool_thread).result()
+    assert not _flushes_here()
