@@ -7,8 +7,8 @@ import argparse
 import io
 from collections.abc import Iterator
 
-from splatq.services.cli import _parser
-from splatq.services.client_cli import ProgressLine
+from splatq.services.cli.client import ProgressLine
+from splatq.services.cli.main import _parser
 from splatq.shared.client import Event
 
 

@@ -29,17 +29,17 @@ sys.meta_path.insert(0, NoTorch())
 
 LIGHT_MODULES = [
     "splatq.shared.client",
-    "splatq.services.cli",
-    "splatq.services.client_cli",
-    "splatq.services.info_cli",
-    "splatq.services.health_check",
+    "splatq.services.cli.main",
+    "splatq.services.cli.client",
+    "splatq.services.cli.info",
+    "splatq.services.cli.health",
     "splatq.services.stack",
     "splatq.services.gateway.app",
     "splatq.services.gateway.__main__",
     "splatq.services.webhook_dispatcher.__main__",
     "splatq.services.dlq_redriver.commands",
     "splatq.services.quota_settler.__main__",
-    "splatq.services.tenant_cli",
+    "splatq.services.cli.tenant",
     "splatq.shared.engine.runner",
 ]
 
@@ -66,7 +66,7 @@ for name in {LIGHT_MODULES!r}:
         importlib.import_module(name)
     except Exception as exc:
         failed[name] = repr(exc)
-from splatq.services.cli import main
+from splatq.services.cli.main import main
 out = io.StringIO()
 with contextlib.redirect_stdout(out):
     try:
@@ -96,7 +96,7 @@ def test_the_hook_really_blocks_torch_for_the_gpu_worker() -> None:
 
 def test_worker_without_torch_says_which_extra_to_install() -> None:
     code = """
-from splatq.services.cli import main
+from splatq.services.cli.main import main
 raise SystemExit(main(["worker"]))
 """
     proc = _python(code)

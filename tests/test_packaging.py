@@ -163,7 +163,7 @@ def _installed_versions() -> str:
 LIGHT_CHECK = """
 import importlib, importlib.resources, json, sys
 from PIL import Image
-mods = ["splatq.services.cli", "splatq.shared.client", "splatq.services.gateway.app",
+mods = ["splatq.services.cli.main", "splatq.shared.client", "splatq.services.gateway.app",
         "splatq.services.webhook_dispatcher.__main__", "splatq.services.dlq_redriver.commands"]
 files = {m: importlib.import_module(m).__file__ for m in mods}
 sample = importlib.resources.files("splatq.services.gpu_worker") / "samples" / "sample.png"

@@ -1,4 +1,4 @@
 """The dead-letter redriver service (an automatic redrive policy): not built yet.
 
-Operators redrive by hand today with `splatq dlq` (services/dlq_cli.py, redrive.lua).
+Operators redrive by hand today with `splatq dlq` (services/cli/dlq.py, redrive.lua).
 """

@@ -14,7 +14,7 @@ from collections.abc import AsyncIterator
 import pytest
 from aiohttp import web
 
-from splatq.services.cli import stage_service
+from splatq.services.cli.main import stage_service
 from splatq.services.stack import (
     METRICS_PORT_OFFSETS,
     WORKER_STAGES,

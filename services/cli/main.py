@@ -13,13 +13,16 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from splatq.services.client_cli import add_commands, run_client_command
-from splatq.services.dlq_cli import add_commands as add_dlq_commands
-from splatq.services.dlq_cli import run_dlq_command
+from splatq.services.cli.client import add_commands, run_client_command
+from splatq.services.cli.dlq import add_commands as add_dlq_commands
+from splatq.services.cli.dlq import run_dlq_command
+from splatq.services.cli.health import check_gateway, check_redis
+from splatq.services.cli.info import add_command as add_info_command
+from splatq.services.cli.info import run_info_command
+from splatq.services.cli.tenant import COMMANDS as TENANT_COMMANDS
+from splatq.services.cli.tenant import add_commands as add_tenant_commands
+from splatq.services.cli.tenant import run_tenant_command
 from splatq.services.dlq_redriver.parser import add_commands as add_redriver_commands
-from splatq.services.health_check import check_gateway, check_redis
-from splatq.services.info_cli import add_command as add_info_command
-from splatq.services.info_cli import run_info_command
 from splatq.services.stack import (
     DEFAULT_REDIS_PORT,
     METRICS_PORT_OFFSETS,
@@ -27,9 +30,6 @@ from splatq.services.stack import (
     WorkerProcess,
     run_stack,
 )
-from splatq.services.tenant_cli import COMMANDS as TENANT_COMMANDS
-from splatq.services.tenant_cli import add_commands as add_tenant_commands
-from splatq.services.tenant_cli import run_tenant_command
 from splatq.shared import __version__
 from splatq.shared.engine.keys import STREAMS, StreamName
 from splatq.shared.engine.stages import PipelineStage, parse_stage_list
