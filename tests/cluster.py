@@ -28,9 +28,9 @@ from splatq.shared.engine.reaper import Reaper
 from splatq.shared.redis.client import connect
 from splatq.shared.redis.cluster_server import LocalCluster
 from splatq.shared.redis.server import free_port
-from tests.conftest import REPO_ROOT, wait_until
+from splatq.shared.testing import eventually, service_env
 from tests.gateway.corpus import valid_png
-from tests.system.conftest import worker_env
+from tests.helpers import REPO_ROOT
 
 needs_redis_cli = pytest.mark.skipif(shutil.which("redis-cli") is None, reason="needs redis-cli")
 KEY = "cluster-key"
@@ -192,14 +192,14 @@ async def start_stack(
 
 
 async def wait_ready(api: Api) -> None:
-    await wait_until(api.ready, timeout_s=60, interval_s=0.2)
+    await eventually(api.ready, timeout=60, interval=0.2)
 
 
 async def splatq_cli(redis_url: str, env: dict[str, str], *args: str) -> tuple[int, str, str]:
     """Run `splatq <args>` against the cluster; (exit code, stdout, stderr)."""
     proc = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "splatq.services.cli", *args,
-        cwd=REPO_ROOT, env=worker_env(redis_url, **env),
+        cwd=REPO_ROOT, env=service_env(redis_url, **env),
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
     )  # fmt: skip
     out, err = await asyncio.wait_for(proc.communicate(), timeout=60)
@@ -228,5 +228,5 @@ async def dead_letter_a_job(queue: JobQueue) -> str:
         job = await queue.get(job_id)
         return job is not None and job.status == "failed"
 
-    await wait_until(dead, timeout_s=15, interval_s=0.2)
+    await eventually(dead, timeout=15, interval=0.2)
     return job_id

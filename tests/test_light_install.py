@@ -13,7 +13,7 @@ import subprocess
 import sys
 import tomllib
 
-from tests.conftest import REPO_ROOT
+from tests.helpers import REPO_ROOT
 
 BLOCK_TORCH = """
 import importlib.abc, sys

@@ -15,10 +15,11 @@ from splatq.services.gateway.ops_stats import count_events
 from splatq.shared.engine.queue import DeadLetter, JobQueue
 from splatq.shared.maintenance.deadletters import DeadLetterBook
 from splatq.shared.maintenance.keys import DeadLetterKind
-from tests.conftest import WorkerFactory, spec, wait_until
+from splatq.shared.testing import WorkerFactory, eventually
 from tests.gateway.conftest import AUTH_A, ClientFactory
 from tests.gateway.test_api import problem
 from tests.gateway.test_openapi import _check
+from tests.helpers import spec
 from tests.maintenance.helpers import dead_letter_jobs
 
 Client = TestClient[Any, Any]
@@ -48,7 +49,7 @@ async def test_stats_show_streams_throughput_and_a_live_worker_with_its_leases(
         job = await queue.get(done)
         return job is not None and job.status == "completed"
 
-    await wait_until(completed, timeout_s=10)
+    await eventually(completed, timeout=10)
     held = (await queue.enqueue(spec(sleep_s=5))).job_id  # running while we look
 
     async def seen() -> dict[str, Any]:
@@ -59,7 +60,7 @@ async def test_stats_show_streams_throughput_and_a_live_worker_with_its_leases(
         workers = (await seen())["workers"]
         return bool(workers and workers[0]["leases"] and workers[0]["running"] == 1)
 
-    await wait_until(leased, timeout_s=10)
+    await eventually(leased, timeout=10)
     stats = await seen()
     _check(stats, "AdminStats")
     [worker] = stats["workers"]

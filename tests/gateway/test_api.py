@@ -16,7 +16,7 @@ from redis.asyncio import Redis
 
 from splatq.shared.engine.queue import JobQueue
 from splatq.shared.storage.store import LocalFileStorage
-from tests.conftest import WorkerFactory, wait_for_status
+from splatq.shared.testing import WorkerFactory, wait_for_status
 from tests.gateway import corpus
 from tests.gateway.conftest import ADMIN, AUTH_A, AUTH_B, ClientFactory
 

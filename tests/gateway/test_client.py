@@ -28,7 +28,7 @@ from splatq.shared.client import (
 from splatq.shared.client.sse import SseDecoder
 from splatq.shared.engine.events import EventType
 from splatq.shared.engine.states import JobStatus
-from tests.conftest import WorkerFactory
+from splatq.shared.testing import WorkerFactory
 from tests.gateway.conftest import AUTH_A, KEY_A, ClientFactory
 from tests.gateway.test_api import PNG
 

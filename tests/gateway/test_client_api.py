@@ -26,12 +26,13 @@ from splatq.shared.client import (
 from splatq.shared.client.query import list_query, prefer_wait
 from splatq.shared.engine.states import JobStatus
 from splatq.shared.storage.store import LocalFileStorage, input_key
-from tests.conftest import REPO_ROOT, WorkerFactory
+from splatq.shared.testing import WorkerFactory
 from tests.gateway.conftest import KEY_A, KEY_B, ClientFactory
 from tests.gateway.test_api import PNG
 from tests.gateway.test_client import DONE, FAST, Stub, _url, ok, refuse, stub  # noqa: F401
 from tests.gateway.test_image_url import PNG as URL_PNG
 from tests.gateway.test_image_url import Origin, origin  # noqa: F401 - the fixture
+from tests.helpers import REPO_ROOT
 
 
 async def _queued(client: SplatqClient, n: int, tag: str) -> list[Job]:

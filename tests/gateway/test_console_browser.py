@@ -31,9 +31,10 @@ from redis.asyncio import Redis
 from splatq.services.gateway.local_viewer import write_local_viewer
 from splatq.services.stack import BUNDLED_SAMPLE
 from splatq.shared.engine.queue import JobQueue
-from tests.conftest import REPO_ROOT, StagesFactory, WorkerFactory, wait_until
+from splatq.shared.testing import StagesFactory, WorkerFactory, eventually
 from tests.gateway.conftest import KEY_A, KEY_B, ClientFactory
 from tests.gateway.test_admin_ops import dead_letter_a_job
+from tests.helpers import REPO_ROOT
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 # WebGL without a GPU: ANGLE on SwiftShader
@@ -296,7 +297,7 @@ async def test_an_operator_redrives_a_dead_letter(
         job = await queue.get(job_id)
         return job is not None and job.status == "completed"
 
-    await wait_until(redriven, timeout_s=30)
+    await eventually(redriven, timeout=30)
     assert await queue.dead_letters(0) == []
     assert not any("/v1/admin/" not in u for u, a in tab.auth if a)  # the admin key: admin only
     assert tab.errors == []

@@ -10,11 +10,12 @@ from aiohttp.test_utils import TestClient
 from splatq.services.gpu_worker import formats
 from splatq.shared.engine.queue import JobQueue
 from splatq.shared.settings import Settings
-from tests.conftest import GpuHandlerFactory, WorkerFactory, wait_for_status
+from splatq.shared.testing import WorkerFactory, wait_for_status
 from tests.gateway.conftest import AUTH_A, AUTH_B
 from tests.gateway.test_api import form, problem
 from tests.gpu_worker.conftest import sample_png
 from tests.gpu_worker.spz_reader import read_spz
+from tests.helpers import GpuHandlerFactory
 
 
 async def test_submit_follow_and_download_artifacts(
@@ -33,7 +34,7 @@ async def test_submit_follow_and_download_artifacts(
     assert resp.status == 202
     job_id = (await resp.json())["id"]
     await start_worker(handler)
-    await wait_for_status(queue, job_id, {"completed"}, timeout_s=60)
+    await wait_for_status(queue, job_id, {"completed"}, timeout=60)
     job = await (await client.get(f"/v1/jobs/{job_id}", headers=AUTH_A)).json()
     assert job["status"] == "completed"
     assert job["progress"] == 1.0

@@ -26,8 +26,9 @@ from aiohttp.test_utils import TestClient
 
 from splatq.services.gpu_worker import formats
 from splatq.shared.settings import Settings
-from tests.conftest import GpuHandlerFactory, WorkerFactory, wait_until
+from splatq.shared.testing import WorkerFactory, eventually
 from tests.gateway.conftest import KEY_A, ClientFactory
+from tests.helpers import GpuHandlerFactory
 
 PACKAGE = "splatq_generated_client"
 ADMIN_KEY = "admin-key-generated-client-0123456789-abcdefghijkl"
@@ -125,7 +126,7 @@ async def test_a_generated_client_submits_follows_lists_and_downloads(
             finished[job_id] = job
         return all(j.status == models.JobStatus.COMPLETED for j in finished.values())
 
-    await wait_until(both_completed, timeout_s=120, interval_s=0.2)
+    await eventually(both_completed, timeout=120, interval=0.2)
     done = finished[form_job.id]
     assert isinstance(done.current_stage, models.PipelineStage | type(None))
     assert isinstance(done.artifacts, models.ArtifactUrls)

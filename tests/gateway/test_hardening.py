@@ -26,7 +26,7 @@ from splatq.shared.engine.queue import JobQueue
 from splatq.shared.logs import configure_logging
 from splatq.shared.redis.server import RedisServer
 from splatq.shared.settings import Settings
-from tests.conftest import WorkerFactory, wait_for_status, wait_until
+from splatq.shared.testing import WorkerFactory, eventually, wait_for_status
 from tests.gateway import corpus
 from tests.gateway.conftest import ADMIN, AUTH_A, AUTH_B, KEY_A, KEY_B, ClientFactory
 from tests.gateway.test_api import form, problem
@@ -110,7 +110,7 @@ async def test_a_tenant_at_its_stream_cap_gets_429_and_other_tenants_do_not_noti
     async def blocking_reads_on_their_own_pool() -> bool:
         return await _sse_clients(redis) >= cap
 
-    await wait_until(blocking_reads_on_their_own_pool)
+    await eventually(blocking_reads_on_their_own_pool)
     await _refused_stream(await client.get(f"/v1/jobs/{job_id}/events", headers=AUTH_A))
 
     posted = await asyncio.wait_for(
@@ -134,7 +134,7 @@ async def test_a_tenant_at_its_stream_cap_gets_429_and_other_tenants_do_not_noti
         await _refused_stream(resp)
         return False
 
-    await wait_until(admitted_again)
+    await eventually(admitted_again)
     for resp in streams:
         resp.close()
 
@@ -231,7 +231,7 @@ async def test_a_client_that_leaves_an_event_stream_is_no_error(
     async def stream_ended() -> bool:
         return any(route == EVENTS_ROUTE for route, _, _ in await _metrics(client))
 
-    await wait_until(stream_ended)
+    await eventually(stream_ended)
     counts = await _metrics(client)
     assert {s for (route, _, s) in counts if route == EVENTS_ROUTE} == {"499"}
     lines = [orjson.loads(line) for line in _log_text(gateway_logs).splitlines()]

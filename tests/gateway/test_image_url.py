@@ -22,7 +22,7 @@ from splatq.services.gateway.app import create_app
 from splatq.services.gateway.image_fetch import IMAGE_URL_RESOLVER
 from splatq.shared.settings import Settings
 from splatq.shared.storage.store import LocalFileStorage, input_key
-from tests.conftest import wait_until
+from splatq.shared.testing import eventually
 from tests.gateway import corpus
 from tests.gateway.conftest import AUTH_A, AUTH_B, KEY_A, ClientFactory, GatewayTestServer
 from tests.gateway.test_api import nothing_left_behind, problem
@@ -167,7 +167,7 @@ async def test_a_tenant_past_its_fetches_gets_429_and_others_still_fetch(
     async def holding() -> bool:  # the slow fetch has reached the origin
         return origin.slow_waiting > 0
 
-    await wait_until(holding)
+    await eventually(holding)
     resp = await client.post(
         "/v1/jobs", json={"image_url": origin.url("/image.png")}, headers=AUTH_A
     )

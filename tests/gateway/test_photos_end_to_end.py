@@ -19,10 +19,11 @@ from splatq.services.gpu_worker.sample_photos import Scene, render_scene
 from splatq.shared.engine.queue import JobQueue
 from splatq.shared.images.orientation import apply
 from splatq.shared.settings import Settings
+from splatq.shared.testing import WorkerFactory, wait_for_status
 from tests import hostile_inputs as hostile
-from tests.conftest import GpuHandlerFactory, WorkerFactory, wait_for_status
 from tests.gateway.conftest import AUTH_A
 from tests.gateway.test_api import form, problem
+from tests.helpers import GpuHandlerFactory
 
 # Off-centre (a mirror moves the object) and taller than wide (a quarter turn shows).
 SCENE = Scene("orient", "texture", width=200, height=150, cx=0.3, cy=0.45, object_height=0.6)
@@ -46,7 +47,7 @@ async def _completed(client: TestClient[Any, Any], queue: JobQueue, data: bytes)
     resp = await client.post("/v1/jobs", data=form(data, {"quality": "preview"}), headers=AUTH_A)
     assert resp.status == 202, await resp.text()
     job_id = (await resp.json())["id"]
-    await wait_for_status(queue, job_id, {"completed", "failed"}, timeout_s=120)
+    await wait_for_status(queue, job_id, {"completed", "failed"}, timeout=120)
     job: dict[str, Any] = await (await client.get(f"/v1/jobs/{job_id}", headers=AUTH_A)).json()
     assert job["status"] == "completed", job["error"]
     return job

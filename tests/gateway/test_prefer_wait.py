@@ -11,7 +11,7 @@ import pytest
 from aiohttp.test_utils import TestClient
 
 from splatq.services.gateway.waiting import MAX_WAIT_S, preferred_wait
-from tests.conftest import WorkerFactory
+from splatq.shared.testing import WorkerFactory
 from tests.gateway.conftest import AUTH_A, ClientFactory
 from tests.gateway.test_api import form
 

@@ -22,7 +22,7 @@ from splatq.shared.engine.queue import JobQueue
 from splatq.shared.engine.stages import PipelineStage
 from splatq.shared.settings import Settings
 from splatq.shared.storage.store import ARTIFACT_FILES, LocalFileStorage
-from tests.conftest import StagesFactory, wait_until
+from splatq.shared.testing import StagesFactory, eventually
 from tests.gateway.conftest import ADMIN, ADMIN_KEY, AUTH_A, AUTH_B, KEY_A, ClientFactory
 from tests.gateway.test_api import PNG, _read_sse, form, problem
 from tests.gateway.test_client import FAST, _url
@@ -67,7 +67,7 @@ async def until(client: Client, job_id: str, ok: Any) -> dict[str, Any]:
         seen.update(await view(client, job_id))
         return bool(ok(seen))
 
-    await wait_until(reached, timeout_s=60, interval_s=0.05)
+    await eventually(reached, timeout=60, interval=0.05)
     return seen
 
 

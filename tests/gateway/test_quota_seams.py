@@ -22,7 +22,7 @@ from splatq.shared.engine.stages import PipelineStage
 from splatq.shared.settings import Settings
 from splatq.shared.storage.store import LocalFileStorage
 from splatq.shared.tenants.quota import QuotaBook
-from tests.conftest import StagesFactory, wait_until
+from splatq.shared.testing import StagesFactory, eventually
 from tests.gateway.conftest import AUTH_A, ClientFactory
 from tests.gateway.test_api import form, problem
 from tests.gateway.test_tenants_api import ADMIN, _admin_client
@@ -84,14 +84,14 @@ async def test_a_canceled_progressive_job_is_charged_for_the_quick_result_it_got
         job = await queue.get(job_id)
         return job is not None and bool(job.quick_run)
 
-    await wait_until(quick_ready, timeout_s=60, interval_s=0.02)
+    await eventually(quick_ready, timeout=60, interval=0.02)
     canceled = await client.post(f"/v1/jobs/{job_id}/cancel", headers=AUTH_A)
     assert canceled.status in (200, 202), await canceled.text()
 
     async def ended() -> bool:
         return (await view(client, job_id))["status"] in {"canceled", "completed"}
 
-    await wait_until(ended, timeout_s=60)
+    await eventually(ended, timeout=60)
     await drain(settler)
     job = await queue.get(job_id)
     assert job is not None

@@ -13,7 +13,7 @@ from redis.asyncio import Redis
 from splatq.shared.engine.jobs import JobOutcome
 from splatq.shared.engine.queue import JobQueue
 from splatq.shared.engine.worker import JobContext
-from tests.conftest import WorkerFactory, wait_for_status
+from splatq.shared.testing import WorkerFactory, wait_for_status
 from tests.gateway.conftest import ADMIN, AUTH_A, ClientFactory
 from tests.gateway.test_api import form
 

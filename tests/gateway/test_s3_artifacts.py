@@ -17,7 +17,7 @@ from splatq.shared.engine.worker import JobContext
 from splatq.shared.settings import Settings
 from splatq.shared.storage.s3 import S3Storage
 from splatq.shared.storage.store import artifact_key
-from tests.conftest import WorkerFactory, wait_for_status
+from splatq.shared.testing import WorkerFactory, wait_for_status
 from tests.gateway.conftest import AUTH_A, KEY_A
 from tests.gateway.test_api import form
 from tests.shared.test_storage_s3 import aws_env, moto_endpoint  # noqa: F401 - fixtures

@@ -34,9 +34,9 @@ from schemathesis.specs.openapi.checks import (
 
 from splatq.services.gateway.openapi import openapi_document
 from splatq.shared.redis.server import RedisServer, free_port
-from tests.conftest import REPO_ROOT
 from tests.gateway.conftest import AUTH_A, KEY_A, KEY_B
 from tests.gateway.corpus import valid_png
+from tests.helpers import REPO_ROOT
 
 START_TIMEOUT_S = 30.0
 ADMIN_KEY = "schemathesis-admin-key-0123456789-abcdefXYZ"

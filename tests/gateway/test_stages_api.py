@@ -19,7 +19,7 @@ from aiohttp.test_utils import TestClient
 from splatq.services.gpu_worker.stages import StageHandlers
 from splatq.shared.client import Job
 from splatq.shared.engine.stages import ALL_STAGES, PIPELINE
-from tests.conftest import StagesFactory, wait_until
+from splatq.shared.testing import StagesFactory, eventually
 from tests.gateway.conftest import AUTH_A, ClientFactory
 from tests.gateway.test_api import _read_sse, form
 from tests.gateway.test_client import _url
@@ -47,7 +47,7 @@ async def until(client: Client, job_id: str, ok: Any, timeout_s: float = 60) -> 
         seen.update(await get_job(client, job_id))
         return bool(ok(seen))
 
-    await wait_until(reached, timeout_s=timeout_s, interval_s=0.05)
+    await eventually(reached, timeout=timeout_s, interval=0.05)
     return dict(seen)
 
 

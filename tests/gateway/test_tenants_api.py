@@ -12,7 +12,7 @@ from redis.asyncio import Redis
 
 from splatq.shared.storage.store import LocalFileStorage
 from splatq.shared.tenants.quota import QuotaBook
-from tests.conftest import wait_until
+from splatq.shared.testing import eventually
 from tests.gateway import corpus
 from tests.gateway.conftest import ADMIN, ADMIN_KEY, AUTH_A, ClientFactory
 from tests.gateway.test_api import form, nothing_left_behind, problem
@@ -76,7 +76,7 @@ async def test_tenant_lifecycle_and_revoke_within_the_cache_ttl(make_client: Cli
     async def refused() -> bool:
         return (await client.get("/v1/usage", headers=auth)).status == 401
 
-    await wait_until(refused, timeout_s=10)
+    await eventually(refused, timeout=10)
     await problem(
         await client.delete(f"/v1/admin/tenants/zeta/keys/{info['key_id']}", headers=ADMIN),
         404,

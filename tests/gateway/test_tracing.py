@@ -11,7 +11,7 @@ from opentelemetry.trace import SpanKind
 from splatq.shared import tracing
 from splatq.shared.engine.queue import JobQueue
 from splatq.shared.engine.runner import traced
-from tests.conftest import WorkerFactory, wait_for_status
+from splatq.shared.testing import WorkerFactory, wait_for_status
 from tests.gateway import corpus
 from tests.gateway.conftest import AUTH_A, ClientFactory
 from tests.handlers import BehaviourHandler

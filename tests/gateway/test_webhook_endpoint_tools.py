@@ -17,7 +17,7 @@ from redis.asyncio import Redis
 from splatq.services.webhook_dispatcher.dispatcher import Dispatcher
 from splatq.shared.engine.keys import KeySchema
 from splatq.shared.settings import Settings
-from tests.conftest import wait_until
+from splatq.shared.testing import eventually
 from tests.gateway.conftest import AUTH_A, AUTH_B, ClientFactory
 from tests.gateway.test_api import problem
 from tests.webhook_dispatcher.conftest import (  # noqa: F401 - fixtures
@@ -76,7 +76,7 @@ async def test_a_test_event_is_delivered_signed_with_the_custom_headers_and_logg
     async def logged() -> bool:
         return bool((await _attempts(client, endpoint["id"]))["items"])
 
-    await wait_until(logged)
+    await eventually(logged)
     [attempt] = (await _attempts(client, endpoint["id"]))["items"]
     assert attempt["event"] == "webhook.test"
     assert attempt["event_id"] == sent["event_id"]
@@ -100,7 +100,7 @@ async def test_attempts_are_paged_newest_first_per_endpoint(
     async def all_logged() -> bool:
         return len((await _attempts(client, endpoint["id"], "?limit=100"))["items"]) == 5
 
-    await wait_until(all_logged, timeout_s=20)
+    await eventually(all_logged, timeout=20)
     seen: list[int] = []
     query = "?limit=2"
     pages = 0
@@ -143,7 +143,7 @@ async def test_a_deleted_endpoint_takes_its_attempt_log_with_it(
     async def logged() -> bool:
         return bool(await redis.exists(log))
 
-    await wait_until(logged)
+    await eventually(logged)
     assert 0 < await redis.pttl(log) <= settings.job_retention_ms
     resp = await client.delete(f"/v1/webhook-endpoints/{endpoint['id']}", headers=AUTH_A)
     assert resp.status == 204

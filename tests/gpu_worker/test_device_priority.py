@@ -11,7 +11,8 @@ import torch
 from splatq.services.gpu_worker.device_scheduler import ChunkSizer, DeviceScheduler, Priority
 from splatq.services.gpu_worker.handler import GpuJobHandler, _Item
 from splatq.shared.settings import Settings
-from tests.conftest import GpuHandlerFactory, wait_until
+from splatq.shared.testing import eventually
+from tests.helpers import GpuHandlerFactory
 
 
 async def test_a_waiting_interactive_turn_goes_before_waiting_synthesis_turns() -> None:
@@ -118,7 +119,7 @@ async def test_a_preview_batch_runs_after_one_synthesis_chunk_not_the_whole_batc
     async def first_chunk_running() -> bool:
         return bool(handler.pass_log)
 
-    await wait_until(first_chunk_running, timeout_s=10, interval_s=0.005)
+    await eventually(first_chunk_running, timeout=10, interval=0.005)
     preview = await asyncio.wait_for(handler.batchers["preview"].submit(item("preview")), 10)
     await asyncio.gather(*full)
     assert preview.count > 0

@@ -31,7 +31,7 @@ from splatq.services.gpu_worker.samples import sample_image
 from splatq.services.gpu_worker.segment_grabcut import GrabCutRemover, grabcut_mask
 from splatq.shared.images.headers import DecodeLimits
 from splatq.shared.settings import Settings
-from tests.conftest import REPO_ROOT
+from tests.helpers import REPO_ROOT
 
 LIMITS = DecodeLimits()
 # Small photos keep these fast: 480x360 (the benchmark runs 1600x1200).

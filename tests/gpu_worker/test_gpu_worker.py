@@ -17,7 +17,7 @@ from splatq.shared.engine.jobs import JobRecord
 from splatq.shared.engine.queue import JobQueue
 from splatq.shared.settings import Settings
 from splatq.shared.storage.store import ARTIFACT_FILES, LocalFileStorage, artifact_key, artifact_run
-from tests.conftest import WorkerFactory, job_events, wait_for_status
+from splatq.shared.testing import WorkerFactory, eventually, job_events, wait_for_status
 from tests.gpu_worker.conftest import opaque_noise_png, sample_png, stored_spec
 
 
@@ -53,7 +53,7 @@ async def test_jobs_submitted_together_share_forward_passes_without_cross_talk(
     solo.load(torch.device("cpu"))
     previews = set()
     for data, submitted in zip(inputs, jobs, strict=True):
-        job = await wait_for_status(queue, submitted.job_id, {"completed"}, timeout_s=60)
+        job = await wait_for_status(queue, submitted.job_id, {"completed"}, timeout=60)
         files = await _artifacts(storage, job)
         [expected] = solo.infer(handler.prepare(data, (128,)).images[128].unsqueeze(0))
         info = formats.verify_ply(files["gaussian_ply"], expected_count=expected.count)
@@ -97,14 +97,14 @@ async def test_a_job_too_big_for_the_device_fails_alone_and_its_batch_mates_comp
     small_jobs = [await queue.enqueue(await stored_spec(storage, d)) for d in small]
     big_job = await queue.enqueue(await stored_spec(storage, big))
     await start_worker(handler, batch_max_size=4, worker_concurrency=8)
-    failed = await wait_for_status(queue, big_job.job_id, {"failed", "completed"}, timeout_s=60)
+    failed = await wait_for_status(queue, big_job.job_id, {"failed", "completed"}, timeout=60)
     assert failed.status == "failed"
     assert failed.error is not None
     assert (failed.error.code, failed.error.retryable) == ("CUDA_OUT_OF_MEMORY", False)
     assert failed.attempts == 1
     assert (await job_events(redis, queue, failed.id))[-1] == "3d_reconstruction.failed"
     for j in small_jobs:
-        assert (await wait_for_status(queue, j.job_id, {"completed"}, timeout_s=60)).artifacts
+        assert (await wait_for_status(queue, j.job_id, {"completed"}, timeout=60)).artifacts
     assert _files_under_job(storage, failed.id) == []
 
 
@@ -119,7 +119,7 @@ async def test_corrupt_input_fails_permanently_with_invalid_image(
     handler = await gpu_handler_factory(settings)
     job = await queue.enqueue(await stored_spec(storage, sample_png(0)[:200]))
     await start_worker(handler)
-    failed = await wait_for_status(queue, job.job_id, {"failed"}, timeout_s=30)
+    failed = await wait_for_status(queue, job.job_id, {"failed"}, timeout=30)
     assert failed.error is not None
     assert (failed.error.code, failed.error.retryable, failed.attempts) == (
         "INVALID_IMAGE", False, 1,
@@ -152,13 +152,11 @@ async def test_cancel_during_inference_commits_no_artifacts(
         j = await queue.get(job.job_id)
         return j is not None and j.stage == "inference"
 
-    from tests.conftest import wait_until  # noqa: PLC0415
-
-    await wait_until(in_inference, timeout_s=30)
+    await eventually(in_inference, timeout=30)
     assert await queue.cancel(job.job_id) == "cancel_requested"
-    await wait_until(lambda: _flag_seen(redis, queue, job.job_id), timeout_s=10)
+    await eventually(lambda: _flag_seen(redis, queue, job.job_id), timeout=10)
     gate.set()
-    done = await wait_for_status(queue, job.job_id, {"canceled"}, timeout_s=30)
+    done = await wait_for_status(queue, job.job_id, {"canceled"}, timeout=30)
     assert done.artifacts is None
     assert _files_under_job(storage, job.job_id) == []
 
@@ -179,7 +177,7 @@ async def test_a_stale_run_committing_late_cannot_replace_the_jobs_artifacts(
     the job's recorded artifacts byte for byte as the winning run wrote them."""
     job = await queue.enqueue(await stored_spec(storage, sample_png(1)))
     await start_worker(await gpu_handler_factory(settings))
-    done = await wait_for_status(queue, job.job_id, {"completed"}, timeout_s=60)
+    done = await wait_for_status(queue, job.job_id, {"completed"}, timeout=60)
     assert done.artifact_run == artifact_run(1)
     before = await _artifacts(storage, done)
 

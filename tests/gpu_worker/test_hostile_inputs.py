@@ -17,8 +17,8 @@ from splatq.shared.engine.queue import JobQueue
 from splatq.shared.images.headers import DecodeLimits
 from splatq.shared.settings import Settings
 from splatq.shared.storage.store import LocalFileStorage
+from splatq.shared.testing import WorkerFactory, wait_for_status
 from tests import hostile_inputs as hostile
-from tests.conftest import WorkerFactory, wait_for_status
 from tests.gpu_worker.conftest import stored_spec
 
 
@@ -101,6 +101,6 @@ async def test_bomb_jobs_fail_once_with_their_codes(
     }
     await start_worker(handler)
     for code, job in jobs.items():
-        failed = await wait_for_status(queue, job.job_id, {"failed"}, timeout_s=30)
+        failed = await wait_for_status(queue, job.job_id, {"failed"}, timeout=30)
         assert failed.error is not None
         assert (failed.error.code, failed.error.retryable, failed.attempts) == (code, False, 1)

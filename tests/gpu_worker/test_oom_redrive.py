@@ -28,7 +28,7 @@ from splatq.shared.engine.worker import Worker
 from splatq.shared.maintenance.scheduler import RunResult
 from splatq.shared.settings import Settings
 from splatq.shared.storage.store import LocalFileStorage
-from tests.conftest import finish_or_cancel, job_events, wait_for_status
+from splatq.shared.testing import finish_or_cancel, job_events, wait_for_status
 from tests.gpu_worker.conftest import opaque_noise_png, sample_png, stored_spec
 from tests.maintenance.helpers import OTHER_TASKS, audit_actions, config_at
 
@@ -90,7 +90,7 @@ async def test_an_oom_job_is_dead_lettered_redriven_with_a_smaller_batch_and_com
     worker = Worker(queue, s, handler)
     running = asyncio.create_task(worker.run())
     try:
-        failed = await wait_for_status(queue, big_job, {"failed", "completed"}, timeout_s=60)
+        failed = await wait_for_status(queue, big_job, {"failed", "completed"}, timeout=60)
     finally:
         worker.stop()
         await finish_or_cancel(running)
@@ -122,7 +122,7 @@ async def test_an_oom_job_is_dead_lettered_redriven_with_a_smaller_batch_and_com
     running = asyncio.create_task(worker.run())
     try:
         for job_id in [big_job, *neighbours]:
-            done = await wait_for_status(queue, job_id, {"completed", "failed"}, timeout_s=60)
+            done = await wait_for_status(queue, job_id, {"completed", "failed"}, timeout=60)
             assert done.status == "completed", done.error
     finally:
         worker.stop()

@@ -18,7 +18,8 @@ from splatq.shared.maintenance.schedule import Schedule
 from splatq.shared.maintenance.scheduler import Scheduler, Task
 from splatq.shared.maintenance.store import Refusal
 from splatq.shared.storage.store import Storage
-from tests.conftest import spec, wait_until
+from splatq.shared.testing import eventually
+from tests.helpers import spec
 
 POISON_POLICY = """
 [rate_limit]
@@ -86,7 +87,7 @@ async def dead_letter_jobs(queue: JobQueue, redis: Redis, job_ids: list[str] | N
         jobs = [await queue.get(j) for j in job_ids]
         return all(j is not None and j.status == "failed" for j in jobs)
 
-    await wait_until(all_dead, timeout_s=15, interval_s=0.1)
+    await eventually(all_dead, timeout=15, interval=0.1)
     return job_ids
 
 

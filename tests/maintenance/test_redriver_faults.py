@@ -20,7 +20,7 @@ from splatq.shared.maintenance.store import Claim, Refusal, TaskStore
 from splatq.shared.maintenance.tasks import redrive_sweep
 from splatq.shared.redis.client import connect
 from splatq.shared.redis.server import RedisServer
-from tests.conftest import engine_settings, job_events, wait_until
+from splatq.shared.testing import engine_settings, eventually, job_events
 from tests.fault_fixtures import own_server, proxied, proxy, sha
 from tests.faultproxy import FaultProxy
 from tests.maintenance.helpers import audit_actions, config_at, dead_letter_jobs, write_config
@@ -113,7 +113,7 @@ async def test_an_oom_reply_mid_run_fails_it_and_the_next_run_resumes_from_its_c
             assert "redriven 5" in result.summary, result.summary
             return True
 
-        await wait_until(rerun, timeout_s=15, interval_s=0.1)
+        await eventually(rerun, timeout=15, interval=0.1)
         latest = (await store.history(SWEEP))[0]
         assert (latest["outcome"], latest["resumed_from"]) == ("success", store.checkpoint)
         await redriven_once(client, queue, job_ids)

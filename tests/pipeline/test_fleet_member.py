@@ -10,7 +10,7 @@ from splatq.shared.engine.fleet import FleetMember
 from splatq.shared.engine.jobs import JobSpec
 from splatq.shared.engine.queue import JobQueue
 from splatq.shared.storage.store import LocalFileStorage
-from tests.conftest import StagesFactory, wait_until
+from splatq.shared.testing import StagesFactory, eventually
 from tests.stage_handlers import ToyStages
 
 
@@ -32,13 +32,13 @@ async def test_the_stage_workers_of_a_process_tick_the_fleet_as_one_member(
     async def ticked() -> bool:
         return name in await _ticked(redis, queue)
 
-    await wait_until(ticked)
+    await eventually(ticked)
     first = (await _ticked(redis, queue))[name]
 
     async def ticked_again() -> bool:
         return (await _ticked(redis, queue))[name] > first
 
-    await wait_until(ticked_again)  # several ticks of its clock, one name
+    await eventually(ticked_again)  # several ticks of its clock, one name
     assert list(await _ticked(redis, queue)) == [name]
 
 
@@ -59,7 +59,7 @@ async def test_a_process_counts_its_jobs_in_every_stage_as_sharing_it(
         counts = [await redis.hget(queue.keys.job(j), "co_running") for j in slow]
         return stages == ["ingest", "render"] and counts == ["2", "2"]
 
-    await wait_until(shared)
+    await eventually(shared)
 
 
 async def test_the_clock_runs_while_any_worker_of_the_process_runs(
@@ -75,7 +75,7 @@ async def test_the_clock_runs_while_any_worker_of_the_process_runs(
     async def ticked() -> bool:
         return member.name in await _ticked(redis, queue)
 
-    await wait_until(ticked)
+    await eventually(ticked)
     await member.leave()
     assert member.ticking
     before = (await _ticked(redis, queue))[member.name]
@@ -83,7 +83,7 @@ async def test_the_clock_runs_while_any_worker_of_the_process_runs(
     async def ticked_again() -> bool:
         return (await _ticked(redis, queue))[member.name] > before
 
-    await wait_until(ticked_again)
+    await eventually(ticked_again)
     await member.leave()
     assert not member.ticking
     member.count(lambda: 2)

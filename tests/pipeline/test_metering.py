@@ -23,7 +23,7 @@ from splatq.shared.tenants.charging import Verdict, verdict_for_status
 from splatq.shared.tenants.periods import Period
 from splatq.shared.tenants.quota import QuotaBook
 from splatq.shared.tenants.store import TenantStore
-from tests.conftest import StagesFactory, wait_for_status, wait_until
+from splatq.shared.testing import StagesFactory, eventually, wait_for_status
 from tests.pipeline.test_pipeline_engine import _redrive, works
 from tests.stage_handlers import ToyStages
 
@@ -78,7 +78,7 @@ async def test_a_failure_after_the_work_is_metered_once_with_the_makers_time(
     plain = (await queue.enqueue(spec())).job_id
     faulted = (await queue.enqueue(spec(fail_after_work={"reconstruct": "FLAKY"}))).job_id
     jobs = [
-        await wait_for_status(queue, j, {"completed", "failed"}, timeout_s=60)
+        await wait_for_status(queue, j, {"completed", "failed"}, timeout=60)
         for j in (plain, faulted)
     ]
     for job in jobs:
@@ -154,9 +154,9 @@ async def test_a_cancel_during_a_stage_meters_the_work_it_let_finish(
         job = await queue.get(job_id)
         return job is not None and job.current_stage == stage.value and job.status == "processing"
 
-    await wait_until(running_there, timeout_s=60)
+    await eventually(running_there, timeout=60)
     assert await queue.cancel(job_id, "acme") == "cancel_requested"
-    job = await wait_for_status(queue, job_id, {"canceled", "completed", "failed"}, timeout_s=60)
+    job = await wait_for_status(queue, job_id, {"canceled", "completed", "failed"}, timeout=60)
     assert job.status.value == "canceled"
     done = PIPELINE[: PIPELINE.index(stage) + 1]
     assert_measured(job, done)
@@ -174,10 +174,10 @@ async def test_a_redrive_from_a_stage_discards_the_units_it_runs_again(
     await start_stages(toy, "all", dead_letter_codes=DEAD_LETTER)
     q = JobQueue(redis, settings.with_overrides(dead_letter_codes=DEAD_LETTER))
     job_id = (await q.enqueue(spec(fail={"publish": PLATFORM}))).job_id
-    failed = await wait_for_status(q, job_id, {"failed"}, timeout_s=60)
+    failed = await wait_for_status(q, job_id, {"failed"}, timeout=60)
     assert_measured(failed, WORK_STAGES)
     assert (await _redrive(q, job_id, PipelineStage.RECONSTRUCT))[0] == "redriven"
-    job = await wait_for_status(q, job_id, {"completed", "failed"}, timeout_s=60)
+    job = await wait_for_status(q, job_id, {"completed", "failed"}, timeout=60)
     assert job.status.value == "completed", job.error
     assert_measured(job, WORK_STAGES)  # one unit per stage: the rerun's, not both
     assert job.metered[stage_unit("ingest", job.ledger[PipelineStage.INGEST].digest)]
@@ -214,13 +214,13 @@ async def test_the_charged_total_is_the_metered_work_that_counted_for_every_job(
     settler = Settler(q, book, consumer="test")
     await settler.setup()
     for job_id in (resumed, rerun):
-        await wait_for_status(q, job_id, {"failed"}, timeout_s=60)
+        await wait_for_status(q, job_id, {"failed"}, timeout=60)
         await drain(settler)  # the waived failure is settled first
         assert await book.charged_units("acme", job_id) == {}
     assert (await _redrive(q, resumed))[0] == "redriven"
     assert (await _redrive(q, rerun, PipelineStage.EXPORT))[0] == "redriven"
     ended = [
-        await wait_for_status(q, j, {"completed", "failed", "canceled"}, timeout_s=60)
+        await wait_for_status(q, j, {"completed", "failed", "canceled"}, timeout=60)
         for j in [*jobs, resumed, rerun, queued]
     ]
     await drain(settler)

@@ -23,7 +23,7 @@ from splatq.shared.redis.client import connect
 from splatq.shared.redis.server import RedisServer, free_port
 from splatq.shared.settings import Settings
 from splatq.shared.storage.store import LocalFileStorage
-from tests.conftest import StagesFactory, engine_settings, wait_for_status, wait_until
+from splatq.shared.testing import StagesFactory, engine_settings, eventually, wait_for_status
 from tests.fault_fixtures import own_server, proxied, proxy, sha  # noqa: F401 - fixtures
 from tests.faultproxy import FaultProxy
 from tests.stage_handlers import ToyStages, expected_result, work_key
@@ -69,7 +69,7 @@ async def test_every_stage_runs_once_in_order_and_publish_completes(
         j = await queue.get(job_id)
         return j is not None and PipelineStage.CLEANUP in j.ledger
 
-    await wait_until(cleaned)
+    await eventually(cleaned)
     assert await toy.store.delete_job(job_id) == 0  # nothing left to delete
 
 
@@ -165,7 +165,7 @@ async def test_a_cancel_between_stages_ends_the_job_and_cleans_its_intermediates
         job = await queue.get(job_id)
         return job is not None and job.current_stage == "reconstruct"
 
-    await wait_until(in_reconstruct)
+    await eventually(in_reconstruct)
     assert await toy.store.all_exist(
         (await queue.get(job_id)).ledger[PipelineStage.INGEST].outputs.values()  # type: ignore[union-attr]
     )
@@ -175,7 +175,7 @@ async def test_a_cancel_between_stages_ends_the_job_and_cleans_its_intermediates
         j = await queue.get(job_id)
         return j is not None and PipelineStage.CLEANUP in j.ledger
 
-    await wait_until(cleaned)
+    await eventually(cleaned)
     assert await toy.store.delete_job(job_id) == 0
     await start_stages(toy, "reconstruct,export,render,publish")
     stream = queue.for_stage(PipelineStage.RECONSTRUCT).keys.stream(0, StreamName.INTERACTIVE)
@@ -183,7 +183,7 @@ async def test_a_cancel_between_stages_ends_the_job_and_cleans_its_intermediates
     async def dropped() -> bool:
         return int(await redis.xlen(stream)) == 0
 
-    await wait_until(dropped)
+    await eventually(dropped)
     job = await queue.get(job_id)
     assert job is not None
     assert job.status.value == "canceled"
@@ -209,7 +209,7 @@ async def test_backpressure_keeps_work_in_the_fair_queues_while_the_next_stage_i
     async def two_moved() -> bool:
         return int(await redis.xlen(recon)) == 2
 
-    await wait_until(two_moved)
+    await eventually(two_moved)
     await asyncio.sleep(0.5)  # several more fetch rounds of the ingest worker
     assert await redis.xlen(recon) == 2
     waiting = await queue.waiting(0, StreamName.INTERACTIVE)
@@ -233,9 +233,9 @@ async def test_a_preview_job_does_not_wait_behind_a_synthesis_flood_inside_a_sta
         jobs = [await queue.get(j) for j in full]
         return sum(j is not None and j.current_stage == "reconstruct" for j in jobs) >= 2
 
-    await wait_until(flood_running)
+    await eventually(flood_running)
     preview = (await queue.enqueue(staged_spec())).job_id
-    job = await wait_for_status(queue, preview, {"completed"}, timeout_s=10)
+    job = await wait_for_status(queue, preview, {"completed"}, timeout=10)
     full_done = [await queue.get(j) for j in full]
     assert sum(j is not None and j.status.value == "completed" for j in full_done) < len(full)
     assert job.ledger[PipelineStage.RECONSTRUCT].status is StageStatus.SUCCEEDED
@@ -300,7 +300,7 @@ async def test_an_advance_whose_reply_is_lost_moves_the_job_once(
     ]
     tasks = [asyncio.create_task(w.run()) for w in stages]
     try:
-        job = await wait_for_status(proxied, job_id, {"completed", "failed"}, timeout_s=20)
+        job = await wait_for_status(proxied, job_id, {"completed", "failed"}, timeout=20)
     finally:
         for w in stages:
             w.stop()
@@ -371,7 +371,7 @@ async def test_a_stage_past_its_timeout_is_retried_within_its_own_attempts_then_
         stage_max_attempts={"export": 2},
         max_attempts=5,
     )
-    job = await wait_for_status(queue, job_id, {"completed", "failed"}, timeout_s=20)
+    job = await wait_for_status(queue, job_id, {"completed", "failed"}, timeout=20)
     assert job.status.value == "failed"
     assert job.error is not None
     assert job.error.code == "TIMEOUT"
@@ -450,9 +450,9 @@ async def test_a_tenants_flood_does_not_put_another_tenant_behind_it_in_later_st
         j = await queue.get(flood[0].job_id)
         return j is not None and j.current_stage not in ("", "ingest")
 
-    await wait_until(flood_started)
+    await eventually(flood_started)
     b = await queue.enqueue(JobSpec(tenant="B", quality="full", metadata={"slow": slow}))
-    await wait_for_status(queue, b.job_id, {"completed"}, timeout_s=15)
+    await wait_for_status(queue, b.job_id, {"completed"}, timeout=15)
     done = [await queue.get(r.job_id) for r in flood]
     finished = sum(j is not None and j.status.value == "completed" for j in done)
     if buffer:
@@ -460,4 +460,4 @@ async def test_a_tenants_flood_does_not_put_another_tenant_behind_it_in_later_st
     else:
         assert finished >= 8, finished  # all, or all but the one or two ingest was running
     for r in flood:
-        await wait_for_status(queue, r.job_id, {"completed"}, timeout_s=15)
+        await wait_for_status(queue, r.job_id, {"completed"}, timeout=15)

@@ -40,9 +40,9 @@ from splatq.shared.storage.store import (
     artifact_key,
     is_quick_run,
 )
+from splatq.shared.testing import StagesFactory, eventually, job_events, wait_for_status
 from splatq.shared.webhooks.endpoints import EndpointStore
 from splatq.shared.webhooks.store import WebhookStore
-from tests.conftest import StagesFactory, job_events, wait_for_status, wait_until
 from tests.gpu_worker.conftest import stored_spec
 from tests.webhook_dispatcher.conftest import (  # noqa: F401 - fixtures
     ReceiverFactory,
@@ -115,7 +115,7 @@ async def cleaned(queue: JobQueue, job_id: str) -> None:
         j = await queue.get(job_id)
         return j is not None and PipelineStage.CLEANUP in j.ledger
 
-    await wait_until(done, timeout_s=20)
+    await eventually(done, timeout=20)
 
 
 def quick_files(storage: LocalFileStorage, job: JobRecord) -> dict[str, bytes]:
@@ -136,7 +136,7 @@ async def test_a_progressive_job_announces_its_quick_result_once_before_complete
 ) -> None:
     job_id = (await queue.enqueue(await progressive_spec(storage))).job_id
     await start_stages(stage_handlers, "all")
-    job = await wait_for_status(queue, job_id, {"completed", "failed"}, timeout_s=60)
+    job = await wait_for_status(queue, job_id, {"completed", "failed"}, timeout=60)
     assert job.status.value == "completed", job.error
 
     events = await payloads(redis, queue, job_id)
@@ -224,7 +224,7 @@ async def test_a_retried_reconstruct_announces_the_quick_result_once(
     job_id = (await queue.enqueue(await progressive_spec(storage))).job_id
     flaky = FailOnceAfterWork(stage_handlers, PipelineStage.RECONSTRUCT)
     await start_stages(flaky, "all")
-    job = await wait_for_status(queue, job_id, {"completed", "failed"}, timeout_s=60)
+    job = await wait_for_status(queue, job_id, {"completed", "failed"}, timeout=60)
     assert job.status.value == "completed", job.error
     assert flaky.failed == 1
     record = job.ledger[PipelineStage.RECONSTRUCT]
@@ -303,7 +303,7 @@ async def test_a_plain_full_job_and_a_progressive_preview_job_announce_nothing(
     ).job_id
     await start_stages(stage_handlers, "all")
     for job_id in (plain, preview):
-        job = await wait_for_status(queue, job_id, {"completed", "failed"}, timeout_s=60)
+        job = await wait_for_status(queue, job_id, {"completed", "failed"}, timeout=60)
         assert job.status.value == "completed", job.error
         assert PREVIEW_READY not in await job_events(redis, queue, job_id)
         assert QUICK_IMAGE not in job.ledger[PipelineStage.INGEST].outputs
@@ -349,13 +349,13 @@ async def test_webhooks_deliver_preview_ready_to_subscribers_and_it_is_not_termi
     job_id = (await queue.enqueue(spec)).job_id
     await start_stages(stage_handlers, "all")
     start_dispatcher(dispatcher_settings(settings))
-    await wait_for_status(queue, job_id, {"completed"}, timeout_s=60)
+    await wait_for_status(queue, job_id, {"completed"}, timeout=60)
 
     async def delivered() -> bool:
         log = await WebhookStore(queue).deliveries(job_id)
         return sum(d["outcome"] == "delivered" for d in log) == 4
 
-    await wait_until(delivered, timeout_s=20)
+    await eventually(delivered, timeout=20)
 
     def events(r: Any) -> list[str]:
         return [orjson.loads(body)["event"] for _, _, body in r.calls]
@@ -403,7 +403,7 @@ async def test_a_failed_quick_result_leaves_the_full_result_alone(
     try:
         job_id = (await queue.enqueue(await progressive_spec(storage))).job_id
         await start_stages(handlers, "all")
-        job = await wait_for_status(queue, job_id, {"completed", "failed"}, timeout_s=60)
+        job = await wait_for_status(queue, job_id, {"completed", "failed"}, timeout=60)
     finally:
         await handlers.shutdown()
     assert job.status.value == "completed", job.error
@@ -427,7 +427,7 @@ async def test_a_failing_full_pass_fails_with_its_own_code_beside_the_quick_pass
     try:
         job_id = (await queue.enqueue(await progressive_spec(storage))).job_id
         await start_stages(handlers, "all")
-        job = await wait_for_status(queue, job_id, {"completed", "failed"}, timeout_s=60)
+        job = await wait_for_status(queue, job_id, {"completed", "failed"}, timeout=60)
     finally:
         await handlers.shutdown()
     assert job.status.value == "failed"

@@ -14,7 +14,7 @@ from splatq.shared.engine.queue import JobQueue
 from splatq.shared.engine.stages import PIPELINE, PipelineStage, StageStatus
 from splatq.shared.settings import Settings
 from splatq.shared.storage.store import ARTIFACT_FILES, LocalFileStorage, artifact_key
-from tests.conftest import StagesFactory, WorkerFactory, wait_for_status, wait_until
+from splatq.shared.testing import StagesFactory, WorkerFactory, eventually, wait_for_status
 from tests.gpu_worker.conftest import sample_png, stored_spec
 
 
@@ -41,7 +41,7 @@ async def test_a_staged_job_passes_every_stage_and_equals_the_whole_job_result(
     data = sample_png(3)
     staged = await queue.enqueue(await stored_spec(storage, data))
     await start_stages(stage_handlers, "all")
-    job = await wait_for_status(queue, staged.job_id, {"completed", "failed"}, timeout_s=60)
+    job = await wait_for_status(queue, staged.job_id, {"completed", "failed"}, timeout=60)
     assert job.status.value == "completed", job.error
     assert job.current_stage == "publish"
     for stage in PIPELINE[:-1]:
@@ -58,13 +58,13 @@ async def test_a_staged_job_passes_every_stage_and_equals_the_whole_job_result(
         j = await queue.get(staged.job_id)
         return j is not None and PipelineStage.CLEANUP in j.ledger
 
-    await wait_until(cleaned, timeout_s=10)
+    await eventually(cleaned, timeout=10)
     assert not list(storage.path_of(f"intermediates/{staged.job_id}").rglob("*.pt"))
 
     # the same input as a whole job (a monolithic worker) gives the same bytes
     whole = await queue.enqueue(await stored_spec(storage, data))
     await start_worker(await gpu_handler_factory(settings))
-    await wait_for_status(queue, whole.job_id, {"completed"}, timeout_s=60)
+    await wait_for_status(queue, whole.job_id, {"completed"}, timeout=60)
     assert await _artifacts(storage, queue, whole.job_id) == staged_files
 
     # stage progress went out through the outbox, in order
@@ -94,12 +94,12 @@ async def test_a_job_exported_before_spz_existed_publishes_without_it(
         job = await queue.get(job_id)
         return job is not None and PipelineStage.RENDER in job.ledger
 
-    await wait_until(at_publish, timeout_s=60)
+    await eventually(at_publish, timeout=60)
     field = f"ps.{PipelineStage.EXPORT.value}"
     record = orjson.loads(await redis.hget(queue.keys.job(job_id), field))
     del record["outputs"]["spz"]  # as the previous export version recorded it
     await redis.hset(queue.keys.job(job_id), field, orjson.dumps(record).decode())
     await start_stages(stage_handlers, "publish")
-    job = await wait_for_status(queue, job_id, {"completed", "failed"}, timeout_s=60)
+    job = await wait_for_status(queue, job_id, {"completed", "failed"}, timeout=60)
     assert job.status.value == "completed", job.error
     assert set(job.artifacts or {}) == {"gaussian_ply", "splat", "rendered_preview", "mask"}

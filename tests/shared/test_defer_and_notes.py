@@ -13,7 +13,8 @@ from splatq.shared.engine.jobs import JobOutcome
 from splatq.shared.engine.queue import JobQueue
 from splatq.shared.engine.scripts import Script, ScriptCall
 from splatq.shared.engine.worker import JobContext
-from tests.conftest import WorkerFactory, spec, wait_for_status
+from splatq.shared.testing import WorkerFactory, wait_for_status
+from tests.helpers import spec
 
 
 class DeferTwice:
@@ -41,7 +42,7 @@ async def test_a_deferred_job_runs_again_without_burning_attempts(
     handler = DeferTwice()
     await start_worker(handler, max_attempts=1)
     result = await queue.enqueue(spec())
-    job = await wait_for_status(queue, result.job_id, {"completed", "failed"}, timeout_s=15)
+    job = await wait_for_status(queue, result.job_id, {"completed", "failed"}, timeout=15)
     assert job.status == "completed", job.error
     assert (job.attempts, job.deliveries, job.deferrals) == (1, 1, 2)
     assert handler.runs[job.id] == 3
@@ -68,7 +69,7 @@ async def test_notes_are_fenced_by_the_lease_and_named_note(
 
     await start_worker(handler)
     result = await queue.enqueue(spec())
-    job = await wait_for_status(queue, result.job_id, {"completed"}, timeout_s=10)
+    job = await wait_for_status(queue, result.job_id, {"completed"}, timeout=10)
     assert job.notes == {"up.full.pred": "p1"}
     assert refused == ["bad_field"]
     events = await redis.xrange(queue.keys.events(partition_of(job.id)))

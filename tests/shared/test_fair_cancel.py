@@ -16,7 +16,7 @@ from splatq.shared.engine.jobs import JobSpec
 from splatq.shared.engine.keys import StreamName
 from splatq.shared.engine.queue import JobQueue, delayed_member
 from splatq.shared.engine.scripts import Script, ScriptCall
-from tests.conftest import WorkerFactory, wait_for_status, wait_until
+from splatq.shared.testing import WorkerFactory, eventually, wait_for_status
 from tests.shared.test_fairness import assert_bookkeeping_clean, complete, full, take_one
 
 INT = StreamName.INTERACTIVE
@@ -89,9 +89,9 @@ async def test_an_idle_worker_starts_the_next_tenants_job_at_once(
         consumers = await queue.redis.xinfo_consumers(stream_key, queue.group)
         return bool(consumers) and worker.pool.capacities()[INT] > 0
 
-    await wait_until(blocked, timeout_s=10)
+    await eventually(blocked, timeout=10)
     b = (await queue.enqueue(preview("B"))).job_id
-    job = await wait_for_status(queue, b, {"completed"}, timeout_s=3)
+    job = await wait_for_status(queue, b, {"completed"}, timeout=3)
     assert job.started_at_ms is not None
     assert job.started_at_ms - job.created_at_ms < 2000
 

@@ -16,7 +16,7 @@ from splatq.shared.engine.keys import StreamName
 from splatq.shared.engine.queue import Finish, JobQueue, Taken
 from splatq.shared.engine.worker import JobContext
 from splatq.shared.settings import Settings
-from tests.conftest import WorkerFactory, wait_for_status, wait_until
+from splatq.shared.testing import WorkerFactory, eventually, wait_for_status
 
 SYN = StreamName.SYNTHESIS
 
@@ -232,7 +232,7 @@ async def test_workers_under_load_keep_every_cap_and_leave_no_bookkeeping(
     await start_worker(handler, worker_concurrency=6, interactive_share=0.0)
     await start_worker(handler, worker_concurrency=6, interactive_share=0.0)
     for job_id in ids:
-        job = await wait_for_status(queue, job_id, {"completed"}, timeout_s=30)
+        job = await wait_for_status(queue, job_id, {"completed"}, timeout=30)
         assert job.attempts == 1
     assert peak["A"] == 2, peak
     assert peak["B"] > 2, peak
@@ -244,7 +244,7 @@ async def test_workers_under_load_keep_every_cap_and_leave_no_bookkeeping(
             return False
         return True
 
-    await wait_until(clean, timeout_s=5)
+    await eventually(clean, timeout=5)
 
 
 async def test_one_entry_stays_ready_while_work_waits(redis: Redis, queue: JobQueue) -> None:

@@ -19,16 +19,16 @@ from splatq.shared.engine.worker import JobContext, Worker
 from splatq.shared.redis.client import connect
 from splatq.shared.redis.server import RedisServer, free_port
 from splatq.shared.settings import Settings
-from tests.conftest import (
+from splatq.shared.testing import (
     WorkerFactory,
     engine_settings,
+    eventually,
     finish_or_cancel,
-    spec,
     wait_for_status,
-    wait_until,
 )
 from tests.fault_fixtures import own_server, proxied, proxy, sha
 from tests.faultproxy import FaultProxy
+from tests.helpers import spec
 
 __all__ = ["own_server", "proxied", "proxy"]  # fixtures
 from tests.handlers import BehaviourHandler, runs_key
@@ -159,7 +159,7 @@ async def test_one_error_reply_in_a_heartbeat_batch_fails_only_its_own_renewal(
     await wait_for_status(queue, healthy.job_id, {"processing"})
     await redis.delete(queue.keys.job(victim.job_id))
     await redis.set(queue.keys.job(victim.job_id), "not a hash")
-    job = await wait_for_status(queue, healthy.job_id, {"completed"}, timeout_s=10)
+    job = await wait_for_status(queue, healthy.job_id, {"completed"}, timeout=10)
     assert job.attempts == 1
     assert int(await redis.get(runs_key(healthy.job_id)) or 0) == 1
 
@@ -204,7 +204,7 @@ async def test_error_replies_back_the_worker_off_and_it_keeps_running(
             assert job is not None
             assert job.status.value == "queued"
             await _accept_writes(client, how)
-            await wait_for_status(queue, result.job_id, {"completed"}, timeout_s=10)
+            await wait_for_status(queue, result.job_id, {"completed"}, timeout=10)
         finally:
             worker.stop()
             await finish_or_cancel(task)
@@ -319,7 +319,7 @@ async def test_a_tenants_backlog_share_is_freed_by_every_way_a_job_ends(
     async def admitted() -> bool:
         return (await queue.enqueue(spec(), max_tenant_backlog=1)).created
 
-    await wait_until(admitted)
+    await eventually(admitted)
 
 
 # -- draining -----------------------------------------------------------------------------

@@ -18,7 +18,8 @@ from splatq.shared.engine import group_commit
 from splatq.shared.engine.group_commit import GroupCommitWriter, _Write
 from splatq.shared.storage.files import TEMP_MARKER
 from splatq.shared.storage.store import LocalFileStorage
-from tests.conftest import REPO_ROOT, wait_until
+from splatq.shared.testing import eventually
+from tests.helpers import REPO_ROOT
 
 
 def _temporaries(root: Path) -> list[Path]:
@@ -95,7 +96,7 @@ async def test_the_idle_thread_exits_and_the_next_write_starts_another(
     async def idle() -> bool:
         return writer._thread is None
 
-    await wait_until(idle, timeout_s=5)
+    await eventually(idle, timeout=5)
     assert await writer.put_if_absent(tmp_path / "b", b"2")
     assert (tmp_path / "b").read_bytes() == b"2"
     writer.close()

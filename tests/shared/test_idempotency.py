@@ -12,7 +12,7 @@ from splatq.shared.engine.ids import new_job_id, partition_of
 from splatq.shared.engine.jobs import JobSpec
 from splatq.shared.engine.queue import JobQueue
 from splatq.shared.settings import Settings
-from tests.conftest import WorkerFactory, wait_for_status
+from splatq.shared.testing import WorkerFactory, wait_for_status
 
 
 async def test_fifty_concurrent_claims_have_exactly_one_winner(queue: JobQueue) -> None:

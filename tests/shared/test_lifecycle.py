@@ -6,7 +6,8 @@ import orjson
 from redis.asyncio import Redis
 
 from splatq.shared.engine.queue import JobQueue
-from tests.conftest import WorkerFactory, job_events, spec, wait_for_status
+from splatq.shared.testing import WorkerFactory, job_events, wait_for_status
+from tests.helpers import spec
 
 
 async def test_job_completes_with_events_in_order_and_stream_trimmed(
@@ -120,7 +121,7 @@ async def test_cancel_mid_job_stops_at_the_next_stage_with_no_artifacts(
     await start_worker()
     await wait_for_status(queue, result.job_id, {"processing"})
     assert await queue.cancel(result.job_id) == "cancel_requested"
-    job = await wait_for_status(queue, result.job_id, {"canceled"}, timeout_s=3)
+    job = await wait_for_status(queue, result.job_id, {"canceled"}, timeout=3)
     assert job.artifacts is None
     types = await job_events(redis, queue, job.id)
     assert types[-1] == "3d_reconstruction.canceled"

@@ -11,7 +11,8 @@ from splatq.shared.engine.queue import JobQueue
 from splatq.shared.engine.stages import PipelineStage
 from splatq.shared.metrics import EngineMetrics, QueueMetrics
 from splatq.shared.redis.server import RedisServer
-from tests.conftest import WorkerFactory, engine_settings, spec, wait_for_status, wait_until
+from splatq.shared.testing import WorkerFactory, engine_settings, eventually, wait_for_status
+from tests.helpers import spec
 
 
 def value(registry: CollectorRegistry, name: str, **labels: str) -> float | None:
@@ -33,7 +34,7 @@ async def test_waiting_jobs_are_counted_and_aged_apart_from_running_ones(
         await metrics.sample(q, (0,))
         return (value(registry, "splatq_oldest_waiting_age_seconds", **where) or 0) > 0
 
-    await wait_until(aged, timeout_s=10)
+    await eventually(aged, timeout=10)
     assert value(registry, "splatq_queue_depth", **where) == 3
     assert value(registry, "splatq_jobs_in_state", state="queued", partition="0") == 3
     assert value(registry, "splatq_jobs_in_state", state="processing", partition="0") == 0
@@ -47,7 +48,7 @@ async def test_waiting_jobs_are_counted_and_aged_apart_from_running_ones(
         await metrics.sample(q, (0,))
         return value(registry, "splatq_jobs_in_state", state="processing", partition="0") == 1
 
-    await wait_until(one_running, timeout_s=10)
+    await eventually(one_running, timeout=10)
     assert value(registry, "splatq_jobs_in_state", state="queued", partition="0") == 2
     assert value(registry, "splatq_queue_depth", **where) == 2
     assert (value(registry, "splatq_oldest_waiting_age_seconds", **where) or 0) > 0

@@ -9,7 +9,8 @@ from splatq.shared.engine.keys import StreamName
 from splatq.shared.engine.queue import JobQueue
 from splatq.shared.engine.reaper import Reaper
 from splatq.shared.metrics import EngineMetrics
-from tests.conftest import spec, wait_until
+from splatq.shared.testing import eventually
+from tests.helpers import spec
 
 STREAM = StreamName.INTERACTIVE
 
@@ -37,7 +38,7 @@ async def test_entries_trimmed_while_pending_raise_the_lost_entry_alarm(
         assert taken == []
         return (await queue.partition_counts(0))["lost_entries"] == 1
 
-    await wait_until(idle_enough, timeout_s=5, interval_s=0.1)
+    await eventually(idle_enough, timeout=5, interval=0.1)
     assert metrics.entries_lost_alarm.labels(STREAM.value)._value.get() == 1
 
 
@@ -62,7 +63,7 @@ async def test_an_idle_entry_with_a_live_lease_goes_back_to_its_holder(
             pending[0]["consumer"] == "slow-but-alive" and pending[0]["time_since_delivered"] < 500
         )
 
-    await wait_until(past_idle_threshold, timeout_s=5, interval_s=0.3)
+    await eventually(past_idle_threshold, timeout=5, interval=0.3)
     job = await queue.get(result.job_id)
     assert job is not None
     assert job.status == "processing"

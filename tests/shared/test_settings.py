@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from splatq.shared.settings import Settings, SettingsError
-from tests.conftest import REPO_ROOT
+from tests.helpers import REPO_ROOT
 
 
 def test_defaults_work_without_any_variable() -> None:

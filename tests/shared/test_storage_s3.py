@@ -37,7 +37,7 @@ from splatq.shared.storage.store import (
     input_key,
     open_storage,
 )
-from tests.conftest import wait_until as poll
+from splatq.shared.testing import eventually, eventually_sync
 
 
 def _free_port() -> int:
@@ -59,18 +59,23 @@ def moto_endpoint(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
             stderr=subprocess.STDOUT,
         )
     url = f"http://127.0.0.1:{port}"
+
+    def answers() -> bool:
+        if proc.poll() is not None:
+            pytest.fail(f"moto server exited {proc.returncode}: {log_path.read_text()}")
+        try:
+            with urllib.request.urlopen(f"{url}/moto-api/", timeout=1):
+                return True
+        except (urllib.error.URLError, OSError):
+            return False
+
     try:
-        deadline = time.monotonic() + 30
-        while True:
-            if proc.poll() is not None:
-                pytest.fail(f"moto server exited {proc.returncode}: {log_path.read_text()}")
-            try:
-                with urllib.request.urlopen(f"{url}/moto-api/", timeout=1):
-                    break
-            except (urllib.error.URLError, OSError):
-                if time.monotonic() > deadline:
-                    pytest.fail(f"moto server did not answer in 30 s: {log_path.read_text()}")
-                time.sleep(0.1)
+        eventually_sync(
+            answers,
+            timeout=30,
+            interval=0.1,
+            message=lambda: f"moto server answering: {log_path.read_text()}",
+        )
         yield url
     finally:
         proc.terminate()
@@ -387,7 +392,7 @@ async def test_put_if_absent_refreshes_the_age_of_an_existing_object(moto_endpoi
             now = await s3.modified_at(key)
             return now is not None and now > first
 
-        await poll(refreshed, timeout_s=15, interval_s=0.2)
+        await eventually(refreshed, timeout=15, interval=0.2)
         assert await s3.get_bytes(key) == b"first"
     finally:
         await s3.close()

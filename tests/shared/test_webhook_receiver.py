@@ -29,7 +29,7 @@ from splatq.shared.webhooks.receiver import (
     aiohttp_handler,
 )
 from splatq.shared.webhooks.signing import SignatureError, generate_secret, signed_headers
-from tests.conftest import REPO_ROOT
+from tests.helpers import REPO_ROOT
 
 SECRET = generate_secret()
 EVENT = "3d_reconstruction.completed"

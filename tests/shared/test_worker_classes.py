@@ -18,7 +18,8 @@ from splatq.shared.engine.worker_classes import (
     parse_class_list,
 )
 from splatq.shared.settings import Settings, SettingsError
-from tests.conftest import WorkerFactory, spec, wait_for_status, wait_until
+from splatq.shared.testing import WorkerFactory, eventually, wait_for_status
+from tests.helpers import spec
 
 
 class GatedHandler:
@@ -57,9 +58,9 @@ async def test_per_class_workers_each_take_their_own_class_only(
     async def synthesis_slots_full() -> bool:
         return (await _statuses(queue, flood)).count("processing") == 2
 
-    await wait_until(synthesis_slots_full, timeout_s=10)
+    await eventually(synthesis_slots_full, timeout=10)
     first = (await queue.enqueue(spec("preview"))).job_id
-    await wait_for_status(queue, first, {"completed"}, timeout_s=10)
+    await wait_for_status(queue, first, {"completed"}, timeout=10)
     assert on_interactive.ran == [first]
     assert sorted(await _statuses(queue, flood)) == ["processing"] * 2 + ["queued"] * 2
 
@@ -68,12 +69,12 @@ async def test_per_class_workers_each_take_their_own_class_only(
     async def interactive_gone() -> bool:
         return not interactive.member.ticking
 
-    await wait_until(interactive_gone, timeout_s=10)
+    await eventually(interactive_gone, timeout=10)
     second = (await queue.enqueue(spec("preview"))).job_id
     gate.set()
     later = (await queue.enqueue(spec("full"))).job_id
     for job_id in [*flood, later]:
-        await wait_for_status(queue, job_id, {"completed"}, timeout_s=15)
+        await wait_for_status(queue, job_id, {"completed"}, timeout=15)
     assert (await queue.get(second)).status.value == "queued"  # type: ignore[union-attr]
     assert sorted(on_synthesis.ran) == sorted([*flood, later])
 
@@ -91,10 +92,10 @@ async def test_a_worker_serving_both_classes_still_lends_idle_slots(
     async def all_running() -> bool:
         return (await _statuses(queue, flood)).count("processing") == 4
 
-    await wait_until(all_running, timeout_s=10)
+    await eventually(all_running, timeout=10)
     gate.set()
     for job_id in flood:
-        await wait_for_status(queue, job_id, {"completed"}, timeout_s=10)
+        await wait_for_status(queue, job_id, {"completed"}, timeout=10)
 
 
 def test_class_lists_parse_and_name_the_process() -> None:

@@ -14,7 +14,7 @@ import pytest
 
 from splatq.shared.engine.memory import MemoryTrimmer, _glibc
 from splatq.shared.settings import Settings
-from tests.conftest import REPO_ROOT
+from tests.helpers import REPO_ROOT
 
 glibc_only = pytest.mark.skipif(_glibc() is None, reason="needs glibc malloc")
 

@@ -10,7 +10,8 @@ from redis.asyncio import Redis
 from splatq.shared.engine.jobs import JobSpec
 from splatq.shared.engine.keys import StreamName
 from splatq.shared.engine.queue import JobQueue
-from tests.conftest import WorkerFactory, job_events, spec, wait_for_status, wait_until
+from splatq.shared.testing import WorkerFactory, eventually, job_events, wait_for_status
+from tests.helpers import spec
 
 
 async def test_a_job_much_longer_than_its_lease_is_never_reclaimed(
@@ -23,7 +24,7 @@ async def test_a_job_much_longer_than_its_lease_is_never_reclaimed(
     first = await start_worker()
     await wait_for_status(queue, result.job_id, {"processing"})
     await start_worker()  # a second worker whose reaper runs every 200 ms
-    job = await wait_for_status(queue, result.job_id, {"completed"}, timeout_s=4 * ttl_s + 5)
+    job = await wait_for_status(queue, result.job_id, {"completed"}, timeout=4 * ttl_s + 5)
     assert job.deliveries == 1
     assert job.attempts == 1
     assert int(await redis.get(f"test:runs:{job.id}") or 0) == 1
@@ -63,10 +64,10 @@ async def test_interactive_jobs_start_promptly_behind_a_synthesis_flood(
         jobs = [await queue.get(f.job_id) for f in flood]
         return sum(1 for j in jobs if j and j.status == "processing") == 4
 
-    await wait_until(all_slots_busy, timeout_s=5)
+    await eventually(all_slots_busy, timeout=5)
     submitted = time.monotonic()
     quick = await queue.enqueue(spec("preview"))
-    await wait_for_status(queue, quick.job_id, {"completed"}, timeout_s=3)
+    await wait_for_status(queue, quick.job_id, {"completed"}, timeout=3)
     assert time.monotonic() - submitted < 1.5  # not behind 4 s synthesis jobs
 
 
@@ -81,7 +82,7 @@ async def test_synthesis_uses_all_slots_when_interactive_is_idle(
         jobs = [await queue.get(f.job_id) for f in flood]
         return sum(1 for j in jobs if j and j.status == "processing") == 4
 
-    await wait_until(four_running, timeout_s=5)
+    await eventually(four_running, timeout=5)
 
 
 async def test_graceful_stop_finishes_short_jobs_and_releases_long_ones(
@@ -95,15 +96,15 @@ async def test_graceful_stop_finishes_short_jobs_and_releases_long_ones(
     for job_id in (short.job_id, long.job_id):
         await wait_for_status(queue, job_id, {"processing"})
     worker.stop()
-    await wait_for_status(queue, short.job_id, {"completed"}, timeout_s=5)
-    released = await wait_for_status(queue, long.job_id, {"queued"}, timeout_s=5)
+    await wait_for_status(queue, short.job_id, {"completed"}, timeout=5)
+    released = await wait_for_status(queue, long.job_id, {"queued"}, timeout=5)
     assert released.attempts == 0
     assert released.deliveries == 0
     assert "3d_reconstruction.failed" not in await job_events(redis, queue, long.job_id)
     # the released job keeps its place and is picked up by the next worker's reaper
     await redis.hset(queue.keys.job(long.job_id), "metadata", '{"sleep_s": 0.1}')
     await start_worker()
-    job = await wait_for_status(queue, long.job_id, {"completed"}, timeout_s=10)
+    job = await wait_for_status(queue, long.job_id, {"completed"}, timeout=10)
     assert job.attempts == 1
 
 
@@ -160,7 +161,7 @@ async def test_lease_renewal_failure_stops_the_job_and_commits_nothing(
         return job is not None and job.stage != "step-0" and job.status == "processing"
 
     await asyncio.sleep(queue.settings.heartbeat_interval_s * 2)
-    await wait_until(abandoned, timeout_s=3)
+    await eventually(abandoned, timeout=3)
     job = await queue.get(result.job_id)
     assert job is not None
     assert job.status == "processing"

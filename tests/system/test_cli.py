@@ -16,9 +16,10 @@ import pytest
 from splatq.services.gpu_worker import formats
 from splatq.shared.redis.server import RedisServer, free_port
 from splatq.shared.storage.store import LocalFileStorage
-from tests.conftest import REPO_ROOT
+from splatq.shared.testing import service_env
 from tests.gpu_worker.conftest import sample_png
-from tests.system.conftest import SpawnWorker, worker_env
+from tests.helpers import REPO_ROOT
+from tests.system.conftest import SpawnWorker
 
 pytestmark = pytest.mark.slow
 KEY = "cli-test-key"
@@ -29,7 +30,7 @@ async def gateway_url(
     redis_server: RedisServer, storage: LocalFileStorage, tmp_path: Path
 ) -> AsyncIterator[str]:
     port = free_port()
-    env = worker_env(
+    env = service_env(
         redis_server.url,
         SPLATQ_GATEWAY_PORT=str(port),
         SPLATQ_GATEWAY_HOST="127.0.0.1",

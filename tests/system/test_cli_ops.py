@@ -25,9 +25,10 @@ from splatq.shared.engine.queue import JobQueue
 from splatq.shared.engine.stages import ALL_STAGES
 from splatq.shared.redis.server import RedisServer, free_port
 from splatq.shared.settings import Settings
-from tests.conftest import REPO_ROOT, engine_settings, spec, wait_until
+from splatq.shared.testing import engine_settings, eventually, service_env
 from tests.gpu_worker.conftest import sample_png
-from tests.system.conftest import SpawnService, SpawnWorker, worker_env
+from tests.helpers import REPO_ROOT, spec
+from tests.system.conftest import SpawnService, SpawnWorker
 from tests.system.test_cli import KEY, gateway_url  # noqa: F401 - the fixture
 
 pytestmark = pytest.mark.slow
@@ -68,7 +69,7 @@ async def test_info_shows_depth_waiting_age_pending_and_consumers(
     for _ in range(3):
         await own_queue.enqueue(spec("preview"))
     await own_queue.enqueue(spec("full"))
-    env = worker_env(own_redis.url)
+    env = service_env(own_redis.url)
     code, out, err = await splatq("info", "--json", env=env)
     assert code == 0, err
     rows = {r["stream"]: r for r in orjson.loads(out)}
@@ -98,7 +99,7 @@ async def test_info_shows_depth_waiting_age_pending_and_consumers(
                               "oldest_waiting_s", "pending", "consumers", "delayed"]  # fmt: skip
     assert len(lines) == 2
 
-    code, _, err = await splatq("info", env=worker_env(f"redis://127.0.0.1:{free_port()}/0"))
+    code, _, err = await splatq("info", env=service_env(f"redis://127.0.0.1:{free_port()}/0"))
     assert code == 4
     assert "cannot read Redis" in err
 
@@ -120,7 +121,7 @@ async def test_info_shows_the_stages_a_job_has_reached(
                 "reconstruct", '{"status":"succeeded"}', 0.2, '"stage":"ingest"')
     )  # fmt: skip
     assert status == "ok"
-    code, out, err = await splatq("info", "--json", env=worker_env(own_redis.url))
+    code, out, err = await splatq("info", "--json", env=service_env(own_redis.url))
     assert code == 0, err
     rows = {r["stream"]: r for r in orjson.loads(out)}
     assert set(rows) == {"interactive", "synthesis", "reconstruct:interactive"}
@@ -136,7 +137,7 @@ async def test_a_burst_worker_drains_everything_then_exits_0(
     the burst worker stays for it, runs everything, and exits 0 by itself."""
     ids = [(await own_queue.enqueue(spec(sleep_s=0.2))).job_id for _ in range(3)]
     ids.append((await own_queue.enqueue(spec(fail="transient_once"))).job_id)
-    env = worker_env(own_redis.url, SPLATQ_RETRY_BASE_MS="1500", SPLATQ_RETRY_CAP_MS="1500")
+    env = service_env(own_redis.url, SPLATQ_RETRY_BASE_MS="1500", SPLATQ_RETRY_CAP_MS="1500")
     code, out, err = await splatq(
         "worker", "--handler", "tests.handlers:make", "--burst", env=env, timeout_s=120
     )
@@ -153,7 +154,7 @@ async def test_a_burst_worker_drains_everything_then_exits_0(
 
 async def test_a_burst_worker_with_nothing_to_do_exits_0(own_redis: RedisServer) -> None:
     code, _, err = await splatq(
-        "worker", "--handler", "tests.handlers:make", "--burst", env=worker_env(own_redis.url)
+        "worker", "--handler", "tests.handlers:make", "--burst", env=service_env(own_redis.url)
     )
     assert code == 0, err[-3000:]
 
@@ -161,8 +162,8 @@ async def test_a_burst_worker_with_nothing_to_do_exits_0(own_redis: RedisServer)
 async def test_check_probes_exit_0_when_healthy_and_1_when_not(
     own_redis: RedisServer, spawn_service: SpawnService
 ) -> None:
-    good = worker_env(own_redis.url)
-    bad = worker_env(f"redis://127.0.0.1:{free_port()}/0")
+    good = service_env(own_redis.url)
+    bad = service_env(f"redis://127.0.0.1:{free_port()}/0")
     services = ("worker", "dispatcher", "redriver", "settler")
     *results, (bad_code, bad_out, _) = await asyncio.gather(
         *(splatq(service, "--check", env=good) for service in services),
@@ -177,7 +178,7 @@ async def test_check_probes_exit_0_when_healthy_and_1_when_not(
     port = free_port()
     overrides = {"SPLATQ_GATEWAY_PORT": str(port), "SPLATQ_GATEWAY_HOST": "0.0.0.0",
                  "SPLATQ_API_KEYS": f"acme:{KEY}"}  # fmt: skip
-    env = worker_env(own_redis.url, **overrides)
+    env = service_env(own_redis.url, **overrides)
     code, out, _ = await splatq("gateway", "--check", env=env)
     assert code == 1  # nothing listens yet
     assert f"127.0.0.1:{port}/readyz" in out
@@ -191,7 +192,7 @@ async def test_check_probes_exit_0_when_healthy_and_1_when_not(
             except aiohttp.ClientError:
                 return False
 
-        await wait_until(ready, timeout_s=60, interval_s=0.1)
+        await eventually(ready, timeout=60, interval=0.1)
     code, out, _ = await splatq("gateway", "--check", env=env)
     assert code == 0, out
     assert "gateway: healthy" in out
@@ -219,7 +220,7 @@ async def test_submit_sends_metadata_and_webhook_events_and_clears_its_progress_
         "--webhook", "https://hooks.example.com/x", "--webhook-events", "completed,failed",
         "--api-url", gateway_url, "--api-key", KEY,
         cwd=REPO_ROOT, stdout=asyncio.subprocess.PIPE, stderr=slave,
-        env={**worker_env(redis_server.url), "SPLATQ_WEBHOOK_ALLOW_PRIVATE": "1"},
+        env={**service_env(redis_server.url), "SPLATQ_WEBHOOK_ALLOW_PRIVATE": "1"},
     )  # fmt: skip
     os.close(slave)
     out, _ = await asyncio.wait_for(proc.communicate(), timeout=120)
@@ -311,7 +312,7 @@ async def test_up_gives_each_service_its_own_metrics_port(tmp_path: Path) -> Non
                         return False
                 return True
 
-            await wait_until(all_serve, timeout_s=90, interval_s=0.2)
+            await eventually(all_serve, timeout=90, interval=0.2)
             families = {}
             for name, port in ports.items():
                 async with http.get(f"http://127.0.0.1:{port}/metrics") as resp:
@@ -331,7 +332,7 @@ async def test_up_gives_each_service_its_own_metrics_port(tmp_path: Path) -> Non
             assert stack.poll() is None
             return "splatq is up" in (tmp_path / "up.log").read_text()
 
-        await wait_until(up, timeout_s=120, interval_s=0.2)
+        await eventually(up, timeout=120, interval=0.2)
         async with aiohttp.ClientSession() as http:
 
             async def stage_gauges_sampled() -> bool:
@@ -349,7 +350,7 @@ async def test_up_gives_each_service_its_own_metrics_port(tmp_path: Path) -> Non
                         return False
                 return True
 
-            await wait_until(stage_gauges_sampled, timeout_s=30, interval_s=0.2)
+            await eventually(stage_gauges_sampled, timeout=30, interval=0.2)
         stack.send_signal(signal.SIGINT)
         assert stack.wait(timeout=60) == 0
     finally:

@@ -12,7 +12,8 @@ from redis.asyncio import Redis
 
 from splatq.shared.engine.queue import JobQueue
 from splatq.shared.redis.server import RedisServer
-from tests.conftest import spec, wait_for_status
+from splatq.shared.testing import eventually, wait_for_status
+from tests.helpers import spec
 from tests.system.conftest import SpawnWorker
 
 pytestmark = pytest.mark.slow
@@ -99,25 +100,27 @@ async def test_workers_dying_together_charge_their_jobs_nothing_past_the_first_d
     two_slots = {"SPLATQ_WORKER_CONCURRENCY": "2"}
     victims = [spawn_worker(redis_server.url, **two_slots) for _ in range(2)]
     ids = [(await queue.enqueue(spec(first_sleep_s=60))).job_id for _ in range(4)]
+
+    async def all_processing() -> bool:  # every job running on a victim
+        jobs = [await queue.get(i) for i in ids]
+        return all(j is not None and j.status.value == "processing" for j in jobs)
+
     loop = asyncio.get_running_loop()
     deadline = loop.time() + 90
-    while True:  # every job running on a victim
-        jobs = [await queue.get(i) for i in ids]
-        if all(j is not None and j.status.value == "processing" for j in jobs):
-            break
-        assert loop.time() < deadline, "the victims did not start the jobs"
-        await asyncio.sleep(0.1)
+    await eventually(all_processing, 90, 0.1, message="the victims starting the jobs")
     holders = {await redis.hget(queue.keys.job(i), "worker") for i in ids}
     assert len(holders) == 2
     survivor = spawn_worker(redis_server.url, SPLATQ_WORKER_CONCURRENCY="8")
-    while await redis.zcard(queue.keys.workers(0)) < 3:  # the survivor ticks the fleet clock
-        assert loop.time() < deadline, "the survivor did not join"
-        await asyncio.sleep(0.1)
+
+    async def joined() -> bool:  # the survivor ticks the fleet clock
+        return await redis.zcard(queue.keys.workers(0)) >= 3
+
+    await eventually(joined, max(deadline - loop.time(), 0), 0.1, message="the survivor joining")
     for v in victims:
         v.send_signal(signal.SIGKILL)
     for v in victims:
         v.wait(timeout=10)
-    done = [await wait_for_status(queue, i, {"completed"}, timeout_s=60) for i in ids]
+    done = [await wait_for_status(queue, i, {"completed"}, timeout=60) for i in ids]
     assert survivor.poll() is None
     assert all(j.deliveries == 2 for j in done)
     lapses = [await redis.hget(queue.keys.job(i), "lapses") for i in ids]

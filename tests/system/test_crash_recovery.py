@@ -14,7 +14,8 @@ from redis.asyncio import Redis
 from splatq.shared.engine.queue import JobQueue
 from splatq.shared.redis.client import connect
 from splatq.shared.redis.server import RedisServer
-from tests.conftest import engine_settings, job_events, spec, wait_for_status, wait_until
+from splatq.shared.testing import engine_settings, eventually, job_events, wait_for_status
+from tests.helpers import spec
 from tests.system.conftest import SpawnWorker
 
 pytestmark = pytest.mark.slow
@@ -28,7 +29,7 @@ async def _exited(proc: object) -> None:
     async def gone() -> bool:
         return proc.poll() is not None
 
-    await wait_until(gone, timeout_s=20)
+    await eventually(gone, timeout=20)
 
 
 async def test_sigkilled_worker_job_completes_exactly_once_on_another_worker(
@@ -42,7 +43,7 @@ async def test_sigkilled_worker_job_completes_exactly_once_on_another_worker(
     async def counted_once() -> bool:  # the handler is running: truly mid-job
         return int(await redis.get(f"test:runs:{result.job_id}") or 0) == 1
 
-    await wait_until(counted_once, timeout_s=15)
+    await eventually(counted_once, timeout=15)
     survivor = spawn_worker(redis_server.url)
     victim.send_signal(signal.SIGKILL)
     killed_at = time.monotonic()
@@ -50,11 +51,11 @@ async def test_sigkilled_worker_job_completes_exactly_once_on_another_worker(
     async def restarted() -> bool:
         return int(await redis.get(f"test:runs:{result.job_id}") or 0) == 2
 
-    await wait_until(restarted, timeout_s=15)
+    await eventually(restarted, timeout=15)
     recovery_s = time.monotonic() - killed_at
     # TTL 0.9 s + reaper 0.2 s; the survivor's own startup is part of the slack.
     assert recovery_s < 0.9 + 0.2 + 3.0, recovery_s
-    job = await wait_for_status(queue, result.job_id, {"completed"}, timeout_s=15)
+    job = await wait_for_status(queue, result.job_id, {"completed"}, timeout=15)
     assert job.attempts == 2
     assert job.deliveries == 2
     types = await job_events(redis, queue, result.job_id)
@@ -75,7 +76,7 @@ async def test_poison_job_is_dead_lettered_after_max_deliveries(
     assert int(await redis.get(f"test:runs:{poison.job_id}") or 0) == 3
     healthy = await queue.enqueue(spec())
     spawn_worker(redis_server.url)
-    job = await wait_for_status(queue, poison.job_id, {"failed"}, timeout_s=15)
+    job = await wait_for_status(queue, poison.job_id, {"failed"}, timeout=15)
     assert job.error is not None
     assert (job.error.code, job.error.retryable) == ("dead_lettered", False)
     dlq = await redis.xrange(queue.keys.dead_letters(0))
@@ -85,7 +86,7 @@ async def test_poison_job_is_dead_lettered_after_max_deliveries(
     assert fields["reason"] == "max_deliveries_exceeded"
     assert fields["deliveries"] == "3"
     assert (await job_events(redis, queue, poison.job_id))[-1] == "3d_reconstruction.failed"
-    await wait_for_status(queue, healthy.job_id, {"completed"}, timeout_s=15)
+    await wait_for_status(queue, healthy.job_id, {"completed"}, timeout=15)
     assert int(await redis.get(f"test:runs:{poison.job_id}") or 0) == 3
 
 
@@ -98,7 +99,7 @@ async def test_sigterm_drains_without_burning_an_attempt(
     long = await queue.enqueue(spec(sleep_s=60))
     proc = spawn_worker(redis_server.url, SPLATQ_SHUTDOWN_GRACE_S="1.5")
     for job_id in (short.job_id, long.job_id):
-        await wait_for_status(queue, job_id, {"processing"}, timeout_s=15)
+        await wait_for_status(queue, job_id, {"processing"}, timeout=15)
     proc.send_signal(signal.SIGTERM)
     await _exited(proc)
     assert proc.returncode == 0
@@ -108,7 +109,7 @@ async def test_sigterm_drains_without_burning_an_attempt(
     assert (released.status, released.attempts, released.deliveries) == ("queued", 0, 0)
     await redis.hset(queue.keys.job(long.job_id), "metadata", '{"sleep_s": 0.1}')
     spawn_worker(redis_server.url)
-    job = await wait_for_status(queue, long.job_id, {"completed"}, timeout_s=15)
+    job = await wait_for_status(queue, long.job_id, {"completed"}, timeout=15)
     assert job.attempts == 1
 
 
@@ -139,7 +140,7 @@ async def test_redis_restart_mid_run_loses_no_accepted_job(
             await queue.get(ids[20])
         ).status == "completed"  # type: ignore[union-attr]
 
-    await wait_until(some_done, timeout_s=30)
+    await eventually(some_done, timeout=30)
     await aof_redis.stop()  # SIGTERM: SHUTDOWN with AOF fsync
     await asyncio.sleep(1.0)  # workers see connection errors meanwhile
     await aof_redis.start()
@@ -148,7 +149,7 @@ async def test_redis_restart_mid_run_loses_no_accepted_job(
         jobs = [await queue.get(i) for i in ids]
         return all(j is not None and j.status == "completed" for j in jobs)
 
-    await wait_until(all_completed, timeout_s=60, interval_s=0.2)
+    await eventually(all_completed, timeout=60, interval=0.2)
     entries = await client.xrange(queue.keys.events(0))
     completed = [f["job_id"] for _, f in entries if f["type"].endswith(".completed")]
     assert sorted(completed) == sorted(ids)
@@ -173,7 +174,7 @@ async def test_a_fleet_of_one_restarted_takes_its_job_over_within_a_lease(
 
     # The handler has counted its run (status `processing` alone comes before the handler
     # starts: on a loaded machine a kill right after it can land before the first count).
-    await wait_until(runs_are(1), timeout_s=15)
+    await eventually(runs_are(1), timeout=15)
     victim.send_signal(signal.SIGKILL)
     await _exited(victim)
     await asyncio.sleep(3.0)
@@ -181,7 +182,7 @@ async def test_a_fleet_of_one_restarted_takes_its_job_over_within_a_lease(
     spawn_worker(redis_server.url)
     restarted = runs_are(2)
 
-    await wait_until(restarted, timeout_s=20)
+    await eventually(restarted, timeout=20)
     takeover_s = time.monotonic() - started
     # TTL 0.9 s (the outage credit) + TTL 0.9 s + reaper 0.2 s, plus the worker's start-up.
     assert takeover_s < 0.9 + 0.9 + 0.2 + 4.0, takeover_s

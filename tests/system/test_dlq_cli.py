@@ -13,9 +13,9 @@ from splatq.shared.engine.keys import StreamName
 from splatq.shared.engine.queue import JobQueue
 from splatq.shared.engine.reaper import Reaper
 from splatq.shared.redis.server import RedisServer
+from splatq.shared.testing import WorkerFactory, eventually, service_env, wait_for_status
 from splatq.shared.webhooks.store import AttemptResult, Recorded, WebhookStore
-from tests.conftest import REPO_ROOT, WorkerFactory, spec, wait_for_status, wait_until
-from tests.system.conftest import worker_env
+from tests.helpers import REPO_ROOT, spec
 
 pytestmark = pytest.mark.slow
 COMPLETED = "3d_reconstruction.completed"
@@ -29,7 +29,7 @@ async def splatq_dlq(redis_url: str, *args: str) -> tuple[int, str, str]:
         "dlq",
         *args,
         cwd=REPO_ROOT,
-        env=worker_env(redis_url),
+        env=service_env(redis_url),
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
     )
@@ -55,7 +55,7 @@ async def _dead_letter_a_job(queue: JobQueue, redis: Redis) -> str:
         job = await queue.get(job_id)
         return job is not None and job.status == "failed"
 
-    await wait_until(dead, timeout_s=10, interval_s=0.2)
+    await eventually(dead, timeout=10, interval=0.2)
     return job_id
 
 

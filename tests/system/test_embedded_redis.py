@@ -16,7 +16,8 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from splatq.services.stack import services_to_run
 from splatq.shared.redis.server import RedisServer, RedisServerError, free_port
 from splatq.shared.settings import Settings
-from tests.conftest import REPO_ROOT, wait_until
+from splatq.shared.testing import eventually
+from tests.helpers import REPO_ROOT
 
 pytestmark = pytest.mark.slow
 
@@ -75,7 +76,7 @@ async def _server_pid(port: int, timeout_s: float = 30.0) -> int:
         return True
 
     try:
-        await wait_until(answers, timeout_s=timeout_s, interval_s=0.05)
+        await eventually(answers, timeout=timeout_s, interval=0.05)
     finally:
         await client.aclose()
     return pid
@@ -109,7 +110,7 @@ async def test_the_embedded_redis_dies_when_its_starter_is_sigkilled(tmp_path: P
         async def redis_gone() -> bool:
             return _gone(redis_pid) and not await _answers(port)
 
-        await wait_until(redis_gone, timeout_s=15)
+        await eventually(redis_gone, timeout=15)
     finally:
         if holder.poll() is None:
             holder.kill()
@@ -140,7 +141,7 @@ async def test_splatq_up_sigkilled_takes_its_redis_and_services_with_it(tmp_path
             expected = len(services_to_run(Settings()))
             return log_path.read_text().count('"service.started"') == expected
 
-        await wait_until(services_started, timeout_s=30)
+        await eventually(services_started, timeout=30)
         children = [
             int(line.split('"pid":')[1].split(",")[0].split("}")[0])
             for line in log_path.read_text().splitlines()
@@ -153,7 +154,7 @@ async def test_splatq_up_sigkilled_takes_its_redis_and_services_with_it(tmp_path
         async def all_gone() -> bool:
             return all(_gone(pid) for pid in pids) and not await _answers(port)
 
-        await wait_until(all_gone, timeout_s=30)
+        await eventually(all_gone, timeout=30)
     finally:
         if up.poll() is None:
             up.kill()

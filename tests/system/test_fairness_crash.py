@@ -14,7 +14,7 @@ from splatq.shared.engine.jobs import JobSpec
 from splatq.shared.engine.keys import StreamName
 from splatq.shared.engine.queue import JobQueue
 from splatq.shared.redis.server import RedisServer
-from tests.conftest import job_events, wait_for_status, wait_until
+from splatq.shared.testing import eventually, job_events, wait_for_status
 from tests.shared.test_fairness import assert_bookkeeping_clean
 from tests.system.conftest import SpawnWorker
 
@@ -44,11 +44,11 @@ async def test_a_capped_tenant_keeps_its_cap_through_a_worker_sigkill(
         jobs = [await queue.get(j) for j in a_ids]
         return sum(1 for j in jobs if j is not None and j.status.value == "processing") == 2
 
-    await wait_until(two_a_running, timeout_s=20)
+    await eventually(two_a_running, timeout=20)
     victim.send_signal(signal.SIGKILL)
     victim.wait(timeout=10)
     spawn_worker(redis_server.url, SPLATQ_INTERACTIVE_SHARE="0")
-    jobs = [await wait_for_status(queue, j, {"completed"}, timeout_s=40) for j in a_ids + b_ids]
+    jobs = [await wait_for_status(queue, j, {"completed"}, timeout=40) for j in a_ids + b_ids]
     for job in jobs:
         types = await job_events(redis, queue, job.id)
         assert types.count("3d_reconstruction.completed") == 1
@@ -66,5 +66,5 @@ async def test_a_capped_tenant_keeps_its_cap_through_a_worker_sigkill(
             return False
         return True
 
-    await wait_until(clean, timeout_s=5)
+    await eventually(clean, timeout=5)
     assert await redis.hget(f"{queue.keys.fair_base(0, StreamName.SYNTHESIS)}:state", "r:A") is None

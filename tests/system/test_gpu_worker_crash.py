@@ -9,7 +9,7 @@ from splatq.services.gpu_worker import formats
 from splatq.shared.engine.queue import JobQueue
 from splatq.shared.redis.server import RedisServer
 from splatq.shared.storage.store import ARTIFACT_FILES, LocalFileStorage, artifact_key
-from tests.conftest import job_events, wait_for_status, wait_until
+from splatq.shared.testing import eventually, job_events, wait_for_status
 from tests.gpu_worker.conftest import sample_png, stored_spec
 from tests.system.conftest import SpawnWorker
 
@@ -33,7 +33,7 @@ async def test_sigkill_between_artifact_write_and_commit_completes_once_with_who
     async def died() -> bool:
         return victim.poll() is not None
 
-    await wait_until(died, timeout_s=60)
+    await eventually(died, timeout=60)
     assert (storage.root / "crash-marker").exists()  # it died where we meant it to
     for filename in ARTIFACT_FILES.values():
         assert not await storage.exists(artifact_key(job.job_id, filename, "a1"))
@@ -41,7 +41,7 @@ async def test_sigkill_between_artifact_write_and_commit_completes_once_with_who
     assert staged_left  # the killed attempt's staged files exist, hidden, until swept
 
     spawn_worker(redis_server.url, "tests.gpu_handlers:make_crash_on_commit", **env)
-    done = await wait_for_status(queue, job.job_id, {"completed"}, timeout_s=60)
+    done = await wait_for_status(queue, job.job_id, {"completed"}, timeout=60)
     assert done.attempts == 2
     assert (await job_events(redis, queue, job.job_id)).count("3d_reconstruction.completed") == 1
     count = int(await redis.hget(queue.keys.job(job.job_id), "gaussian_count") or 0)

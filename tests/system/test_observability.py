@@ -18,7 +18,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from splatq.shared.engine.queue import JobQueue
 from splatq.shared.redis.server import RedisServer, free_port
-from tests.conftest import spec, wait_for_status, wait_until
+from splatq.shared.testing import eventually, wait_for_status
+from tests.helpers import spec
 from tests.system.conftest import SpawnService, SpawnWorker
 
 
@@ -72,7 +73,7 @@ async def stop(proc: subprocess.Popen[bytes]) -> int:
     async def exited() -> bool:
         return proc.poll() is not None
 
-    await wait_until(exited, timeout_s=30)
+    await eventually(exited, timeout=30)
     assert proc.returncode is not None
     return proc.returncode
 
@@ -90,10 +91,10 @@ async def test_worker_liveness_fails_while_its_loop_is_blocked(
     async def status_is(url: str, wanted: int) -> bool:
         return await reachable_status(url) == wanted
 
-    await wait_until(lambda: status_is(livez, 200), timeout_s=60, interval_s=0.1)
+    await eventually(lambda: status_is(livez, 200), timeout=60, interval=0.1)
     # A handler that calls time.sleep on the event loop: the loop stops beating.
     blocked = await queue.enqueue(spec(loop_block_s=10, stdlib_log="hello"))
-    await wait_until(lambda: status_is(livez, 503), timeout_s=60, interval_s=0.1)
+    await eventually(lambda: status_is(livez, 503), timeout=60, interval=0.1)
     # ... because of that job (3 s without a beat is no scheduling hiccup).
     job = await queue.get(blocked.job_id)
     assert job is not None
@@ -104,15 +105,15 @@ async def test_worker_liveness_fails_while_its_loop_is_blocked(
     _, body = await http_get(livez)
     assert body.startswith("stuck"), body
     # The loop beats again once the handler returns.
-    await wait_until(lambda: status_is(livez, 200), timeout_s=60, interval_s=0.1)
-    await wait_for_status(queue, blocked.job_id, {"completed"}, timeout_s=30)
+    await eventually(lambda: status_is(livez, 200), timeout=60, interval=0.1)
+    await wait_for_status(queue, blocked.job_id, {"completed"}, timeout=30)
 
     # The SLO histograms of the job, per stream and quality; no sentinel values.
     async def observed() -> bool:
         _, text = await http_get(metrics)
         return "splatq_job_end_to_end_duration_seconds_count" in text
 
-    await wait_until(observed, timeout_s=30, interval_s=0.1)
+    await eventually(observed, timeout=30, interval=0.1)
     _, text = await http_get(metrics)
     found = samples(text)
     wait = found["splatq_job_queue_wait_duration_seconds_count"]
@@ -143,7 +144,7 @@ async def test_dispatcher_serves_liveness_and_build_info(
     async def alive() -> bool:
         return await reachable_status(f"http://127.0.0.1:{port}/livez") == 200
 
-    await wait_until(alive, timeout_s=60, interval_s=0.1)
+    await eventually(alive, timeout=60, interval=0.1)
     _, text = await http_get(f"http://127.0.0.1:{port}/metrics")
     assert samples(text)["splatq_build_info"][0][0]["service"] == "dispatcher"
     assert await stop(proc) == 0
@@ -169,7 +170,7 @@ async def test_gateway_logs_only_json_and_says_where_it_listens(
     async def listening() -> bool:
         return b"gateway.listening" in path.read_bytes()
 
-    await wait_until(listening, timeout_s=60, interval_s=0.1)
+    await eventually(listening, timeout=60, interval=0.1)
     # A request aiohttp refuses before any handler runs: aiohttp logs it, not splatq.
     with socket.create_connection(("127.0.0.1", port), timeout=5) as raw:
         raw.sendall(b"NOT-HTTP \x00\x01\r\n\r\n")
@@ -217,7 +218,7 @@ async def test_a_crash_is_one_json_event(
         async def exited() -> bool:
             return proc.poll() is not None
 
-        await wait_until(exited, timeout_s=60, interval_s=0.1)
+        await eventually(exited, timeout=60, interval=0.1)
     assert proc.returncode != 0
     events = json_lines(path)
     crash = [e for e in events if e["event"] == "process.crashed"]

@@ -14,9 +14,10 @@ from redis.asyncio import Redis
 from splatq.shared.engine.queue import JobQueue
 from splatq.shared.redis.client import connect
 from splatq.shared.redis.server import RedisServer
-from tests.conftest import engine_settings, job_events, spec, wait_for_status
+from splatq.shared.testing import engine_settings, job_events, wait_for_status
 from tests.faultproxy import FaultProxy
 from tests.handlers import runs_key
+from tests.helpers import spec
 from tests.system.conftest import SpawnWorker
 
 pytestmark = pytest.mark.slow
@@ -52,10 +53,10 @@ async def _eight_jobs_through(
         for _ in range(2):
             spawn_worker(worker_url, SPLATQ_LEASE_TTL_MS=str(TTL_MS))
         for j in jobs:
-            await wait_for_status(queue, j.job_id, {"processing"}, timeout_s=30)
+            await wait_for_status(queue, j.job_id, {"processing"}, timeout=30)
         await fault()
         for j in jobs:
-            done = await wait_for_status(queue, j.job_id, {"completed", "failed"}, timeout_s=60)
+            done = await wait_for_status(queue, j.job_id, {"completed", "failed"}, timeout=60)
             assert done.status.value == "completed", done.error
             assert done.attempts == 1
             assert int(await client.get(runs_key(j.job_id)) or 0) == 1

@@ -14,9 +14,9 @@ from redis.asyncio import Redis
 from splatq.shared.engine.jobs import JobSpec
 from splatq.shared.engine.queue import JobQueue
 from splatq.shared.redis.server import RedisServer
-from tests.conftest import wait_for_status, wait_until
+from splatq.shared.testing import ServiceProcesses, eventually, service_env, wait_for_status
+from tests.helpers import REPO_ROOT
 from tests.stage_handlers import expected_result, poison_key
-from tests.system.conftest import _Processes, worker_env
 from tests.system.test_staged_crash_attribution import _dead_letter, _deaths, _Pod
 
 pytestmark = pytest.mark.slow
@@ -41,8 +41,8 @@ async def test_a_synthesis_process_runs_every_thread_niced_and_an_interactive_on
     (event loop, Redis, job threads) runs SPLATQ_SYNTHESIS_NICE lower than this test and under
     SCHED_IDLE, and every thread of the interactive-only process at this test's own priority
     and policy."""
-    procs = _Processes(tmp_path)
-    env = worker_env(redis_server.url, SPLATQ_JOB_HANDLER="tests.handlers:make")
+    procs = ServiceProcesses(tmp_path, cwd=REPO_ROOT)
+    env = service_env(redis_server.url, SPLATQ_JOB_HANDLER="tests.handlers:make")
     base = os.getpriority(os.PRIO_PROCESS, 0)
     try:
         by_class = {
@@ -54,12 +54,12 @@ async def test_a_synthesis_process_runs_every_thread_niced_and_an_interactive_on
             for cls, q in (("interactive", "preview"), ("synthesis", "full"))
         }
         for job in jobs.values():
-            await wait_for_status(queue, job.job_id, {"processing"}, timeout_s=30)
+            await wait_for_status(queue, job.job_id, {"processing"}, timeout=30)
 
         async def job_threads_started() -> bool:  # the event loop's thread and a job's
             return all(len(thread_nices(p.pid)) >= 2 for p in by_class.values())
 
-        await wait_until(job_threads_started, timeout_s=10)
+        await eventually(job_threads_started, timeout=10)
         interactive = thread_nices(by_class["interactive"].pid)
         synthesis = thread_nices(by_class["synthesis"].pid)
     finally:
@@ -90,7 +90,7 @@ async def test_a_poison_full_job_kills_only_its_class_process(
     synthesis = _Pod(redis_server, tmp_path / "s", SPLATQ_WORKER_CLASSES="synthesis")
     interactive = _Pod(redis_server, tmp_path / "i", SPLATQ_WORKER_CLASSES="interactive")
     try:
-        await wait_until(lambda: _processing(queue, bystander, "publish"), timeout_s=30)
+        await eventually(lambda: _processing(queue, bystander, "publish"), timeout=30)
         spec = JobSpec(tenant="acme", quality="full", metadata={"poison": ["export"]})
         poison = (await queue.enqueue(spec)).job_id
         await redis.set(poison_key(poison), 1000)  # every export run kills at once
@@ -101,7 +101,7 @@ async def test_a_poison_full_job_kills_only_its_class_process(
             synthesis.replace_if_dead()
             assert synthesis.deaths <= 3, f"death {synthesis.deaths}: the limit is 3"
             await asyncio.sleep(0.05)
-        done = await wait_for_status(queue, bystander, {"completed", "failed"}, timeout_s=60)
+        done = await wait_for_status(queue, bystander, {"completed", "failed"}, timeout=60)
         assert interactive.proc.poll() is None
         assert interactive.deaths == 0
     finally:

@@ -13,7 +13,7 @@ from splatq.shared.engine.jobs import JobSpec
 from splatq.shared.engine.queue import JobQueue
 from splatq.shared.engine.stages import PIPELINE, PipelineStage, StageStatus
 from splatq.shared.redis.server import RedisServer
-from tests.conftest import job_events, wait_for_status, wait_until
+from splatq.shared.testing import eventually, job_events, wait_for_status
 from tests.stage_handlers import expected_result, work_key
 
 pytestmark = pytest.mark.slow
@@ -72,12 +72,12 @@ async def test_a_sigkill_at_every_stage_boundary_loses_nothing_and_repeats_no_co
                 j = await queue.get(job_id)
                 return p.poll() is not None or (j is not None and j.status.value == "completed")
 
-            await wait_until(died_or_done, timeout_s=30)
+            await eventually(died_or_done, timeout=30)
             if proc.poll() is not None:
                 assert proc.returncode == -9, proc.returncode
                 kills += 1
                 proc = procs.start(["worker"], env)
-        job = await wait_for_status(queue, job_id, {"completed", "failed"}, timeout_s=30)
+        job = await wait_for_status(queue, job_id, {"completed", "failed"}, timeout=30)
     finally:
         procs.kill_all()
     assert kills == len(PIPELINE)
@@ -141,11 +141,11 @@ async def test_gpu_and_cpu_pods_share_the_work_and_a_killed_gpu_pod_is_replaced(
             keys = [work_key(j, PipelineStage.RECONSTRUCT.value) for j in ids]
             return any(int(v or 0) > 0 for v in await redis.mget(keys))
 
-        await wait_until(reconstructing, timeout_s=30)
+        await eventually(reconstructing, timeout=30)
         gpu.kill()
         gpu.wait(timeout=10)
         procs.start(["worker"], gpu_env)
-        jobs = [await wait_for_status(queue, j, {"completed", "failed"}, timeout_s=60) for j in ids]
+        jobs = [await wait_for_status(queue, j, {"completed", "failed"}, timeout=60) for j in ids]
     finally:
         procs.kill_all()
     for job in jobs:
@@ -193,10 +193,10 @@ async def test_a_worker_stalled_past_its_lease_mid_stage_commits_nothing_when_it
         async def reconstructing() -> bool:
             return int(await redis.get(work_key(job_id, "reconstruct")) or 0) == 1
 
-        await wait_until(reconstructing, timeout_s=30)
+        await eventually(reconstructing, timeout=30)
         stalled.send_signal(signal.SIGSTOP)
         procs.start(["worker"], env)
-        job = await wait_for_status(queue, job_id, {"completed", "failed"}, timeout_s=30)
+        job = await wait_for_status(queue, job_id, {"completed", "failed"}, timeout=30)
         stalled.send_signal(signal.SIGCONT)
 
         log = tmp_path / "worker-0.log"
@@ -206,7 +206,7 @@ async def test_a_worker_stalled_past_its_lease_mid_stage_commits_nothing_when_it
             # been cleaned up meanwhile, its input gone) a failure -- either way lease_lost
             return log.exists() and "lease_lost" in log.read_text()
 
-        await wait_until(fenced_out, timeout_s=15)
+        await eventually(fenced_out, timeout=15)
         assert stalled.poll() is None
     finally:
         procs.kill_all()

@@ -23,17 +23,16 @@ from splatq.shared.engine.queue import JobQueue
 from splatq.shared.settings import Settings
 from splatq.shared.storage.store import LocalFileStorage
 from splatq.shared.tenants.quota import QuotaBook
-from tests.conftest import (
-    REPO_ROOT,
-    GpuHandlerFactory,
+from splatq.shared.testing import (
     WorkerFactory,
+    eventually,
     job_events,
+    service_env,
     wait_for_status,
-    wait_until,
 )
 from tests.gateway.conftest import AUTH_A, ClientFactory, make_client  # noqa: F401 - a fixture
 from tests.gateway.test_api import form
-from tests.system.conftest import worker_env
+from tests.helpers import REPO_ROOT, GpuHandlerFactory
 
 ESTIMATE_MS = 5_000
 OUTCOMES = {"ok": 3, "permanent": 2, "cancel": 1}
@@ -83,7 +82,7 @@ async def test_settler_killed_at_each_boundary_charges_and_refunds_once(
     for job_id in jobs:
         await wait_for_status(queue, job_id, {"completed", "failed", "canceled"})
     assert (await book.usage("acme")).reserved_ms == ESTIMATE_MS * len(jobs)
-    env = worker_env(
+    env = service_env(
         settings.redis_url,
         SPLATQ_QUOTA_RECLAIM_IDLE_MS="100",
         SPLATQ_QUOTA_SWEEP_INTERVAL_S="3600",
@@ -107,7 +106,7 @@ async def test_settler_killed_at_each_boundary_charges_and_refunds_once(
         async def all_done() -> bool:
             return not await book.open_reservations("acme") and not await _pending(redis, queue)
 
-        await wait_until(all_done, timeout_s=30)
+        await eventually(all_done, timeout=30)
     finally:
         healthy.send_signal(signal.SIGTERM)
         await asyncio.to_thread(healthy.wait, 30)
@@ -167,7 +166,7 @@ async def test_failure_at_publish_rolls_back(
     assert resp.status == 202
     job_id = (await resp.json())["id"]
     assert (await book.usage("acme")).reserved_ms == ESTIMATE_MS
-    job = await wait_for_status(queue, job_id, {"completed", "failed"}, timeout_s=60)
+    job = await wait_for_status(queue, job_id, {"completed", "failed"}, timeout=60)
     assert job.status == "failed"
     assert job.error is not None
     assert job.error.code == "PUBLISH_FAILED"

@@ -18,7 +18,8 @@ from pathlib import Path
 import pytest
 
 from splatq.shared.redis.server import free_port
-from tests.conftest import REPO_ROOT
+from splatq.shared.testing import eventually_sync
+from tests.helpers import REPO_ROOT
 
 README = REPO_ROOT / "README.md"
 BLOCK = re.compile(r"<!-- quickstart:([a-z]+) -->\n```([a-z]+)\n(.*?)```", re.S)
@@ -105,12 +106,15 @@ class Scratch:
         self, name: str, text: str, timeout_s: float, proc: subprocess.Popen[bytes] | None = None
     ) -> None:
         """Poll `name`'s output for `text`; fails when `proc` (if given) exits first."""
-        deadline = time.monotonic() + timeout_s
-        while text not in self.output(name):
-            if proc is not None:
-                assert proc.poll() is None, f"{name} exited {proc.returncode}:\n{self.output(name)}"
-            assert time.monotonic() < deadline, f"no {text!r} from {name}:\n{self.output(name)}"
-            time.sleep(0.2)
+
+        def seen() -> bool:
+            if proc is not None and proc.poll() is not None:
+                pytest.fail(f"{name} exited {proc.returncode}:\n{self.output(name)}")
+            return text in self.output(name)
+
+        eventually_sync(
+            seen, timeout_s, 0.2, message=lambda: f"{text!r} from {name}:\n{self.output(name)}"
+        )
 
     def stop_all(self) -> None:
         """SIGINT each group (Ctrl-C, as a user stops `make up`), then SIGKILL what is left."""

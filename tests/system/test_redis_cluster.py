@@ -16,8 +16,8 @@ from splatq.shared.engine.worker import JobContext, Worker
 from splatq.shared.redis.client import connect
 from splatq.shared.redis.cluster_server import LocalCluster
 from splatq.shared.settings import Settings
+from splatq.shared.testing import engine_settings, eventually
 from tests.cluster import needs_redis_cli
-from tests.conftest import engine_settings, wait_until
 
 pytestmark = [pytest.mark.slow, needs_redis_cli]
 
@@ -67,7 +67,7 @@ async def test_jobs_of_every_partition_complete_on_a_cluster(cluster_url: str) -
             jobs = [await queue.get(i) for i in ids]
             return all(j is not None and j.status == "completed" for j in jobs)
 
-        await wait_until(all_done, timeout_s=30, interval_s=0.1)
+        await eventually(all_done, timeout=30, interval=0.1)
     finally:
         worker.stop()
         await asyncio.wait_for(task, 15)

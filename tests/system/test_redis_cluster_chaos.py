@@ -26,6 +26,7 @@ from splatq.services.webhook_dispatcher.policy import should_deliver
 from splatq.shared.engine.ids import partition_of
 from splatq.shared.engine.keys import KeySchema
 from splatq.shared.redis.cluster_server import LocalCluster, NodeView
+from splatq.shared.testing import eventually
 from tests.cluster import (
     COMPLETED,
     Api,
@@ -37,7 +38,6 @@ from tests.cluster import (
     start_stack,
     wait_ready,
 )
-from tests.conftest import wait_until
 from tests.system.conftest import SpawnService, SpawnWorker
 
 __all__ = ["cluster_client", "redis_cluster"]  # fixtures
@@ -129,7 +129,7 @@ async def test_failover_and_resharding_under_load_lose_nothing_accepted(
             load = Load(api, receiver)
             loader = asyncio.create_task(load.run(0))
             try:
-                await wait_until(lambda: _at_least(load, 10), timeout_s=30, interval_s=0.05)
+                await eventually(lambda: _at_least(load, 10), timeout=30, interval=0.05)
 
                 # 1. Failover: SIGKILL the primary that serves the most partitions.
                 primaries = [v for v in await redis_cluster.topology() if v.role == "master"]
@@ -144,8 +144,8 @@ async def test_failover_and_resharding_under_load_lose_nothing_accepted(
                 # is back, as a replica (what a restarted pod does).
                 await redis_cluster.node(victim.port).start()
                 await redis_cluster.wait_ok(timeout_s=30)
-                await wait_until(
-                    lambda: _at_least(load, before_kill + 10), timeout_s=30, interval_s=0.05
+                await eventually(
+                    lambda: _at_least(load, before_kill + 10), timeout=30, interval=0.05
                 )
 
                 # 2. Resharding: a live partition's slot moves between surviving primaries,
@@ -162,8 +162,8 @@ async def test_failover_and_resharding_under_load_lose_nothing_accepted(
                 )
                 assert (await redis_cluster.primary_of(partition_slot(moving))).id == target.id
                 before_end = len(load.accepted)
-                await wait_until(
-                    lambda: _at_least(load, before_end + 10), timeout_s=30, interval_s=0.05
+                await eventually(
+                    lambda: _at_least(load, before_end + 10), timeout=30, interval=0.05
                 )
             finally:
                 load.stopping.set()
@@ -175,7 +175,7 @@ async def test_failover_and_resharding_under_load_lose_nothing_accepted(
             async def all_completed() -> bool:
                 return (await api.statuses(accepted))["completed"] == len(accepted)
 
-            await wait_until(all_completed, timeout_s=90, interval_s=0.5)
+            await eventually(all_completed, timeout=90, interval=0.5)
 
             # Every event the outbox holds reaches its targets; every completion reaches both.
             events = await outbox(cluster_client, set(accepted))
@@ -189,7 +189,7 @@ async def test_failover_and_resharding_under_load_lose_nothing_accepted(
                 both = all(("job", j) in done and ("endpoint", j) in done for j in accepted)
                 return expected <= got and both
 
-            await wait_until(delivered, timeout_s=90, interval_s=0.5)
+            await eventually(delivered, timeout=90, interval=0.5)
 
         # Repeats (a second run's completion, a delivery sent twice) only where the failed
         # primary's last writes could be lost; none where a slot merely moved.

@@ -18,6 +18,7 @@ from splatq.shared.maintenance.housekeeping import ExpireRecords
 from splatq.shared.maintenance.schedule import Schedule
 from splatq.shared.maintenance.scheduler import TaskRun
 from splatq.shared.redis.cluster_server import LocalCluster
+from splatq.shared.testing import engine_settings, eventually
 from tests.cluster import (
     cluster_client,
     dead_letter_a_job,
@@ -26,7 +27,6 @@ from tests.cluster import (
     splatq_cli,
     stack_env,
 )
-from tests.conftest import engine_settings, wait_until
 from tests.maintenance.helpers import audit_actions
 from tests.system.conftest import SpawnService
 
@@ -157,7 +157,7 @@ async def test_splatq_dlq_and_the_redriver_process_on_three_primaries(
         expired = all(t > 0 for t in await ttls(cluster_client, stale))
         return not letters and expired and all(j and j.status == "queued" for j in jobs)
 
-    await wait_until(swept, timeout_s=60, interval_s=0.2)
+    await eventually(swept, timeout=60, interval=0.2)
     for job_id in dead:
         assert await audit_actions(cluster_client, queue, job_id) == ["redriven"]
     code, out, err = await splatq_cli(url, env, "tasks", "history", "expire_records", "--json")

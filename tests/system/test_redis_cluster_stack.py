@@ -17,6 +17,7 @@ from splatq.shared.engine.ids import partition_of
 from splatq.shared.engine.queue import JobQueue
 from splatq.shared.redis.cluster_server import LocalCluster
 from splatq.shared.storage.store import ARTIFACT_FILES
+from splatq.shared.testing import engine_settings, eventually
 from tests.cluster import (
     COMPLETED,
     Api,
@@ -30,7 +31,6 @@ from tests.cluster import (
     start_stack,
     wait_ready,
 )
-from tests.conftest import engine_settings, wait_until
 from tests.handlers import artifact_bytes
 from tests.system.conftest import SpawnService, SpawnWorker
 
@@ -98,14 +98,14 @@ async def test_the_whole_stack_on_three_primaries_and_three_replicas(
             async def all_completed() -> bool:
                 return (await api.statuses([*job_ids, flaky_job]))["completed"] == JOBS + 1
 
-            await wait_until(all_completed, timeout_s=60, interval_s=0.2)
+            await eventually(all_completed, timeout=60, interval=0.2)
             expected = await expected_deliveries(cluster_client, queue, set(job_ids), (COMPLETED,))
             assert ("endpoint", (await api.job(job_ids[0]))["id"]) not in expected  # sanity
 
             async def all_delivered() -> bool:
                 return expected <= set(receiver.counts(job_ids))
 
-            await wait_until(all_delivered, timeout_s=60, interval_s=0.2)
+            await eventually(all_delivered, timeout=60, interval=0.2)
 
             # Artifact downloads: the job record (its artifact_run) read through the cluster.
             for name in ARTIFACT_FILES:
@@ -136,7 +136,7 @@ async def test_the_whole_stack_on_three_primaries_and_three_replicas(
                                                 "--json")  # fmt: skip
                 return code == 0 and COMPLETED in {e["fields"]["event"] for e in orjson.loads(out)}
 
-            await wait_until(flaky_dead_lettered, timeout_s=30, interval_s=0.5)
+            await eventually(flaky_dead_lettered, timeout=30, interval=0.5)
             receiver.refuse.clear()
             code, out, err = await splatq_cli(
                 url, env, "dlq", "redrive", "--kind", "webhooks", "--all", "--json"
@@ -148,7 +148,7 @@ async def test_the_whole_stack_on_three_primaries_and_three_replicas(
                 return any(who == "flaky" and event == COMPLETED
                            for who, _, event, _ in receiver.deliveries)  # fmt: skip
 
-            await wait_until(flaky_delivered, timeout_s=30, interval_s=0.2)
+            await eventually(flaky_delivered, timeout=30, interval=0.2)
 
             # Job dead letters: listed, shown, redriven; a worker completes the job.
             code, out, err = await splatq_cli(url, env, "dlq", "list", "--json")
@@ -163,7 +163,7 @@ async def test_the_whole_stack_on_three_primaries_and_three_replicas(
             async def redriven_job_done() -> bool:
                 return (await api.job(dead_job))["status"] == "completed"
 
-            await wait_until(redriven_job_done, timeout_s=30, interval_s=0.2)
+            await eventually(redriven_job_done, timeout=30, interval=0.2)
         # Exactly once per (event, target): nothing was lost and nothing crashed here.
         counts = receiver.counts(job_ids)
         assert {k: n for k, n in counts.items() if n > 1} == {}

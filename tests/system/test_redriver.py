@@ -18,9 +18,10 @@ from redis.asyncio import Redis
 from splatq.shared.engine.queue import JobQueue
 from splatq.shared.maintenance.keys import MaintenanceKeys
 from splatq.shared.redis.server import RedisServer
-from tests.conftest import REPO_ROOT, wait_until
+from splatq.shared.testing import eventually, service_env
+from tests.helpers import REPO_ROOT
 from tests.maintenance.helpers import audit_actions, dead_letter_jobs, write_config
-from tests.system.conftest import SpawnService, worker_env
+from tests.system.conftest import SpawnService
 
 pytestmark = pytest.mark.slow
 EVERY_SECOND = """
@@ -48,7 +49,7 @@ async def test_two_replicas_run_each_slot_exactly_once(
         assert all(p.poll() is None for p in replicas)
         return int(await redis.xlen(history_key)) >= 6
 
-    await wait_until(six_runs, timeout_s=30, interval_s=0.1)
+    await eventually(six_runs, timeout=30, interval=0.1)
     runs = [f for _, f in await redis.xrange(history_key)]
     slots = [int(r["slot_ms"]) for r in runs]
     assert len(slots) == len(set(slots)), slots  # no slot ran twice
@@ -77,7 +78,7 @@ async def test_a_run_killed_mid_sweep_resumes_from_its_checkpoint(
         left = int(await redis.xlen(queue.keys.dead_letters(0)))
         return 6 <= len(job_ids) - left <= 20
 
-    await wait_until(mid_run, timeout_s=30, interval_s=0.02)
+    await eventually(mid_run, timeout=30, interval=0.02)
     first.send_signal(signal.SIGKILL)
     first.wait(timeout=10)
     killed_ms = int(time.time() * 1000)
@@ -91,7 +92,7 @@ async def test_a_run_killed_mid_sweep_resumes_from_its_checkpoint(
         assert second.poll() is None
         return int(await redis.xlen(keys.task_history("redrive_sweep"))) >= 1
 
-    await wait_until(finished, timeout_s=40, interval_s=0.1)
+    await eventually(finished, timeout=40, interval=0.1)
     [(_, run)] = await redis.xrange(keys.task_history("redrive_sweep"))
     assert run["outcome"] == "success"
     assert run["resumed_from"]  # it started from the dead holder's checkpoint
@@ -130,7 +131,7 @@ async def test_dry_run_and_a_persons_redrive_show_in_the_audit_trail(
 async def splatq(redis_url: str, env: dict[str, str], *args: str) -> tuple[int, str, str]:
     proc = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "splatq.services.cli", *args,
-        cwd=REPO_ROOT, env=worker_env(redis_url, **env),
+        cwd=REPO_ROOT, env=service_env(redis_url, **env),
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
     )  # fmt: skip
     out, err = await asyncio.wait_for(proc.communicate(), timeout=60)

@@ -15,8 +15,8 @@ import pytest
 from splatq.shared.engine.queue import JobQueue
 from splatq.shared.redis.server import RedisServer
 from splatq.shared.storage.store import LocalFileStorage
+from splatq.shared.testing import eventually, wait_for_status
 from splatq.shared.vendor.notes import note_name
-from tests.conftest import wait_for_status, wait_until
 from tests.gpu_worker.conftest import opaque_noise_png, stored_spec
 from tests.system.conftest import SpawnWorker
 from tests.vendor.conftest import TOKEN_ENV, VendorFactory, write_config
@@ -55,7 +55,7 @@ async def _submit(queue: JobQueue, storage: LocalFileStorage, n: int) -> list[st
 
 async def _all_done(queue: JobQueue, ids: list[str], timeout_s: float) -> list[Any]:
     return [
-        await wait_for_status(queue, i, {"completed", "failed", "canceled"}, timeout_s=timeout_s)
+        await wait_for_status(queue, i, {"completed", "failed", "canceled"}, timeout=timeout_s)
         for i in ids
     ]
 
@@ -112,7 +112,7 @@ async def test_a_sigkilled_worker_does_not_pay_for_a_second_prediction(
         job = await queue.get(job_id)
         return job is not None and bool(job.notes.get(note_name("preview", "pred")))
 
-    await wait_until(noted, timeout_s=60)
+    await eventually(noted, timeout=60)
     victim.send_signal(signal.SIGKILL)
     victim.wait(timeout=10)
     _spawn(spawn_worker, redis_server, config, storage, slots=2)
@@ -146,7 +146,7 @@ async def test_a_429_storm_costs_no_attempt(
     async def first_create() -> bool:
         return bool(vendor.requests)
 
-    await wait_until(first_create, timeout_s=60)
+    await eventually(first_create, timeout=60)
     vendor.storm_until = time.monotonic() + 6
     jobs = await _all_done(queue, ids, timeout_s=90)
     assert [j.status for j in jobs] == ["completed"] * 10, [j.error for j in jobs]
@@ -174,7 +174,7 @@ async def test_a_cancel_reaches_the_vendor_from_a_worker_process(
     async def created() -> bool:
         return vendor.created == 1
 
-    await wait_until(created, timeout_s=60)
+    await eventually(created, timeout=60)
     await asyncio.sleep(0.2)
     await queue.cancel(job_id)
     [job] = await _all_done(queue, [job_id], timeout_s=30)

@@ -29,7 +29,7 @@ from splatq.shared.engine.stages import ALL_STAGES, DEVICE_STAGES, PipelineStage
 from splatq.shared.engine.worker_classes import parse_class_list
 from splatq.shared.redis.server import free_port
 from splatq.shared.settings import Settings
-from tests.conftest import wait_until
+from splatq.shared.testing import eventually
 
 
 def _workers(settings: Settings, cuda: bool) -> dict[str, tuple[tuple[PipelineStage, ...], str]]:
@@ -165,7 +165,7 @@ async def test_up_waits_for_both_worker_processes(
         async def turned() -> bool:
             return stand_in.hits >= 1
 
-        await wait_until(turned, timeout_s=15)
+        await eventually(turned, timeout=15)
         await queue.fleet_tick([0], f"{host}-{gpu}-aaaaaa")
         seen = stand_in.hits
 
@@ -173,7 +173,7 @@ async def test_up_waits_for_both_worker_processes(
             assert not ready.done(), "ready with one worker process of two"
             return stand_in.hits >= seen + 2
 
-        await wait_until(turned_twice_more, timeout_s=15)
+        await eventually(turned_twice_more, timeout=15)
         await queue.fleet_tick([0], f"{host}-{cpu}-bbbbbb")
         assert await asyncio.wait_for(ready, timeout=15) is True
     finally:

@@ -16,9 +16,9 @@ from redis.asyncio import Redis
 from splatq.shared.engine.jobs import JobSpec
 from splatq.shared.engine.queue import JobQueue
 from splatq.shared.redis.server import RedisServer
-from tests.conftest import wait_for_status, wait_until
+from splatq.shared.testing import ServiceProcesses, eventually, service_env, wait_for_status
+from tests.helpers import REPO_ROOT
 from tests.stage_handlers import expected_result, poison_key, poison_runs_key
-from tests.system.conftest import _Processes, worker_env
 
 pytestmark = pytest.mark.slow
 
@@ -31,8 +31,8 @@ class _Pod:
     death (SIGKILL), as a Deployment would."""
 
     def __init__(self, redis_server: RedisServer, tmp_path: Path, **env: str) -> None:
-        self.procs = _Processes(tmp_path)
-        self.env = worker_env(
+        self.procs = ServiceProcesses(tmp_path, cwd=REPO_ROOT)
+        self.env = service_env(
             redis_server.url,
             SPLATQ_STORAGE_URL=f"file://{tmp_path / 'objects'}",
             SPLATQ_STAGES="all",
@@ -54,7 +54,7 @@ class _Pod:
         async def dead(p: subprocess.Popen[bytes] = self.proc) -> bool:
             return p.poll() is not None
 
-        await wait_until(dead, timeout_s=30)
+        await eventually(dead, timeout=30)
         assert self.replace_if_dead()
 
 
@@ -106,7 +106,7 @@ async def test_a_poison_export_in_an_all_stages_process_is_dead_lettered_after_m
             await asyncio.sleep(0.05)
         other = JobSpec(tenant="globex", quality="preview")
         healthy = (await queue.enqueue(other)).job_id
-        done = await wait_for_status(queue, healthy, {"completed", "failed"}, timeout_s=30)
+        done = await wait_for_status(queue, healthy, {"completed", "failed"}, timeout=30)
         assert pod.proc.poll() is None
     finally:
         pod.procs.kill_all()
@@ -139,26 +139,26 @@ async def test_a_job_that_dies_beside_a_poison_job_in_its_process_is_charged_one
     bystander = (await queue.enqueue(bystander_spec)).job_id
     pod = _Pod(redis_server, tmp_path)
     try:
-        await wait_until(lambda: _processing_in(queue, bystander, "publish"), timeout_s=30)
+        await eventually(lambda: _processing_in(queue, bystander, "publish"), timeout=30)
         spec = JobSpec(tenant="acme", quality="preview", metadata=POISON)
         poison = (await queue.enqueue(spec)).job_id
         runs = poison_runs_key(poison, "export")
-        await wait_until(lambda: _failed_or_run(queue, redis, poison, runs, 1), timeout_s=30)
+        await eventually(lambda: _failed_or_run(queue, redis, poison, runs, 1), timeout=30)
         # Both jobs' records say how many jobs their process runs (start and renew keep it).
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + 5
-        shared: list[str | None] = []
         both = (bystander, poison)
-        while loop.time() < deadline and shared != ["2", "2"]:
-            await asyncio.sleep(0.05)
+
+        async def co_running() -> bool:
             shared = [await redis.hget(queue.keys.job(j), "co_running") for j in both]
-        assert shared == ["2", "2"], f"co_running {shared}: one process runs both jobs"
+            assert shared == ["2", "2"], f"co_running {shared}: one process runs both jobs"
+            return True
+
+        await eventually(co_running, timeout=5, interval=0.05)
         await redis.set(poison_key(poison), 1)
         await pod.wait_death()
-        done = await wait_for_status(queue, bystander, {"completed", "failed"}, timeout_s=30)
+        done = await wait_for_status(queue, bystander, {"completed", "failed"}, timeout=30)
         while True:
             n = pod.deaths + 1
-            await wait_until(partial(_failed_or_run, queue, redis, poison, runs, n), timeout_s=30)
+            await eventually(partial(_failed_or_run, queue, redis, poison, runs, n), timeout=30)
             job = await queue.get(poison)
             if job is not None and job.status.value == "failed":
                 break

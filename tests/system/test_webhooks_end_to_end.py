@@ -16,7 +16,7 @@ from aiohttp.test_utils import TestServer
 from redis.asyncio import Redis
 
 from splatq.shared.redis.server import RedisServer, free_port
-from tests.conftest import wait_until
+from splatq.shared.testing import eventually
 from tests.gateway.corpus import valid_png
 from tests.system.conftest import SpawnService, SpawnWorker
 
@@ -64,7 +64,7 @@ async def test_an_endpoint_and_a_job_webhook_url_get_signed_events(
                 except aiohttp.ClientError:
                     return False
 
-            await wait_until(ready, timeout_s=30, interval_s=0.1)
+            await eventually(ready, timeout=30, interval=0.1)
             async with http.post(
                 f"{api}/v1/webhook-endpoints",
                 json={"url": str(receiver.make_url("/endpoint")), "events": [COMPLETED]},
@@ -91,7 +91,7 @@ async def test_an_endpoint_and_a_job_webhook_url_get_signed_events(
                 delivered = {d["target"] for d in log if d["outcome"] == "delivered"}
                 return delivered >= {"job", endpoint["id"]} and bool(received["endpoint"])
 
-            await wait_until(both_delivered, timeout_s=60, interval_s=0.2)
+            await eventually(both_delivered, timeout=60, interval=0.2)
             async with http.get(f"{api}/v1/webhook-secret", headers=AUTH) as resp:
                 tenant_secret = (await resp.json())["secret"]
             async with http.get(

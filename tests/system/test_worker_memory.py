@@ -14,7 +14,7 @@ from pathlib import Path
 
 from splatq.shared.engine.queue import JobQueue
 from splatq.shared.storage.store import LocalFileStorage
-from tests.conftest import wait_until
+from splatq.shared.testing import eventually
 from tests.gpu_worker.conftest import sample_png, stored_spec
 from tests.system.conftest import SpawnService
 
@@ -39,7 +39,7 @@ async def _run_window(queue: JobQueue, storage: LocalFileStorage, seeds: range) 
         assert not failed, failed[0].error
         return all(j is not None and j.status.value == "completed" for j in jobs)
 
-    await wait_until(all_ended, timeout_s=120)
+    await eventually(all_ended, timeout=120)
 
 
 async def _ready(queue: JobQueue, pid: int) -> None:
@@ -49,7 +49,7 @@ async def _ready(queue: JobQueue, pid: int) -> None:
         members = await queue.redis.zrange(queue.keys.workers(0), 0, -1)
         return any(f"-{pid}-" in str(m) for m in members)
 
-    await wait_until(ticked, timeout_s=120)
+    await eventually(ticked, timeout=120)
 
 
 async def test_cpu_worker_memory_returns_after_each_window_and_does_not_grow(

@@ -13,7 +13,7 @@ import pytest
 
 from splatq.shared.vendor.config import VendorConfigError, load_vendor_config, parse_vendor_config
 from splatq.shared.vendor.credentials import Credential
-from tests.conftest import REPO_ROOT
+from tests.helpers import REPO_ROOT
 from tests.vendor.conftest import vendor_table
 
 

@@ -28,11 +28,11 @@ from splatq.shared.maintenance.keys import DeadLetterKind
 from splatq.shared.maintenance.policy import Verdict, decide, default_policies
 from splatq.shared.settings import Settings
 from splatq.shared.storage.store import LocalFileStorage
+from splatq.shared.testing import WorkerFactory, eventually, wait_for_status
 from splatq.shared.vendor.config import VendorConfig
 from splatq.shared.vendor.credentials import Credential
 from splatq.shared.vendor.limiter import VendorLane, new_permit_id
 from splatq.shared.webhooks.signing import generate_secret
-from tests.conftest import WorkerFactory, wait_for_status, wait_until
 from tests.gateway.test_spec_agreement import _validator
 from tests.gpu_worker.conftest import sample_png, stored_spec
 from tests.vendor.conftest import VendorFactory, vendor_config, write_config
@@ -75,7 +75,7 @@ async def _run(
     handler = await remote_handler(config)
     await start_worker(handler, **(worker or {}))
     result = await queue.enqueue(await stored_spec(storage, sample_png(3)))
-    return await wait_for_status(queue, result.job_id, set(statuses), timeout_s=30)
+    return await wait_for_status(queue, result.job_id, set(statuses), timeout=30)
 
 
 async def test_a_job_completes_through_the_vendor_and_shows_its_upstream(
@@ -324,9 +324,9 @@ async def test_a_cancel_reaches_the_vendor(
     async def created() -> bool:
         return vendor.created == 1
 
-    await wait_until(created, timeout_s=15)
+    await eventually(created, timeout=15)
     assert await queue.cancel(result.job_id) in {"cancel_requested", "canceled"}
-    job = await wait_for_status(queue, result.job_id, {"canceled"}, timeout_s=15)
+    job = await wait_for_status(queue, result.job_id, {"canceled"}, timeout=15)
     assert job.status == "canceled"
     assert vendor.canceled == ["p00001"]
     assert await queue.redis.zcard(f"splatq:{{vendor:{config.name}}}:slots") == 0
@@ -378,7 +378,7 @@ async def test_the_vendors_webhook_ends_the_wait_through_the_gateway(
     handler = await remote_handler(config)
     await start_worker(handler)
     result = await queue.enqueue(await stored_spec(storage, sample_png(5)))
-    job = await wait_for_status(queue, result.job_id, {"completed", "failed"}, timeout_s=20)
+    job = await wait_for_status(queue, result.job_id, {"completed", "failed"}, timeout=20)
     assert job.status == "completed", job.error
     assert [r for r in vendor.requests if r[0] == "get"] == [("get", "p00001")]
     assert vendor.bodies[0]["webhook"] == f"{public}/v1/vendor-webhooks/fake"
@@ -408,7 +408,7 @@ async def test_the_staged_pipeline_reconstructs_through_the_vendor(
     try:
         await start_stages(stages, "all")
         result = await queue.enqueue(await stored_spec(storage, sample_png(6)))
-        job = await wait_for_status(queue, result.job_id, {"completed", "failed"}, timeout_s=40)
+        job = await wait_for_status(queue, result.job_id, {"completed", "failed"}, timeout=40)
     finally:
         await stages.shutdown()
     assert job.status == "completed", job.error

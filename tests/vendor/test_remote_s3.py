@@ -16,9 +16,9 @@ from splatq.shared.engine.queue import JobQueue
 from splatq.shared.settings import Settings
 from splatq.shared.storage.s3 import S3Storage
 from splatq.shared.storage.store import LocalFileStorage
+from splatq.shared.testing import WorkerFactory, wait_for_status
 from splatq.shared.vendor.config import VendorConfigError
 from splatq.shared.vendor.credentials import Credential
-from tests.conftest import WorkerFactory, wait_for_status
 from tests.gpu_worker.conftest import sample_png, stored_spec
 from tests.shared.test_storage_s3 import aws_env, moto_endpoint  # noqa: F401 - fixtures
 from tests.vendor.conftest import VendorFactory, vendor_config
@@ -51,7 +51,7 @@ async def test_the_image_goes_as_a_presigned_url(
     try:
         await start_worker(handler)
         result = await queue.enqueue(await stored_spec(s3_storage, sample_png(8)))
-        job = await wait_for_status(queue, result.job_id, {"completed", "failed"}, timeout_s=40)
+        job = await wait_for_status(queue, result.job_id, {"completed", "failed"}, timeout=40)
     finally:
         await handler.shutdown()
     assert job.status == "completed", job.error

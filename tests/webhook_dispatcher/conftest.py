@@ -18,7 +18,7 @@ from splatq.services.webhook_dispatcher.dispatcher import Dispatcher
 from splatq.services.webhook_dispatcher.metrics import DispatcherMetrics
 from splatq.shared.engine.queue import JobQueue
 from splatq.shared.settings import Settings
-from tests.conftest import finish_or_cancel, wait_until
+from splatq.shared.testing import eventually, finish_or_cancel
 from tests.system.conftest import spawn_service  # noqa: F401 - dispatcher processes
 
 
@@ -49,7 +49,7 @@ class Receiver:
         async def reached() -> bool:
             return len(self.calls) >= n
 
-        await wait_until(reached, timeout_s=timeout_s)
+        await eventually(reached, timeout=timeout_s)
 
 
 ReceiverFactory = Callable[..., Awaitable[Receiver]]

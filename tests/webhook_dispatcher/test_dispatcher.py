@@ -21,9 +21,9 @@ from splatq.shared.engine.jobs import JobSpec
 from splatq.shared.engine.queue import JobQueue
 from splatq.shared.redis.server import RedisServer
 from splatq.shared.settings import Settings
+from splatq.shared.testing import WorkerFactory, eventually, service_env, wait_for_status
 from splatq.shared.webhooks.store import WebhookStore
-from tests.conftest import REPO_ROOT, WorkerFactory, wait_for_status, wait_until
-from tests.system.conftest import worker_env
+from tests.helpers import REPO_ROOT
 from tests.webhook_dispatcher.conftest import ReceiverFactory, dispatcher_settings
 
 COMPLETED = "3d_reconstruction.completed"
@@ -85,7 +85,7 @@ async def test_a_failing_receiver_gets_one_acked_delivery_with_a_stable_id(
         log = await store.deliveries(job_id)
         return bool(log) and log[-1]["outcome"] == "delivered"
 
-    await wait_until(delivered, timeout_s=15)
+    await eventually(delivered, timeout=15)
     assert len(r.calls) == 4
     ids = {headers["webhook-id"] for _, headers, _ in r.calls}
     assert len(ids) == 1
@@ -138,7 +138,7 @@ async def test_gone_fails_at_once_and_is_dead_lettered(
     async def dead() -> bool:
         return await redis.xlen(dlq) == 1
 
-    await wait_until(dead, timeout_s=10)
+    await eventually(dead, timeout=10)
     [(_, fields)] = await redis.xrange(dlq)
     assert fields["job"] == job_id
     assert fields["reason"] == "gone"
@@ -171,7 +171,7 @@ async def test_the_ssrf_guard_blocks_loopback_at_connect_time(
         logs = [await store.deliveries(job_id) for job_id in job_ids]
         return all(log and log[-1]["outcome"] == "failed" for log in logs)
 
-    await wait_until(failed, timeout_s=10)
+    await eventually(failed, timeout=10)
     attempts = [(await store.deliveries(job_id))[-1] for job_id in job_ids]
     assert [a["error"] for a in attempts] == ["blocked: private_address"] * 2
     letters = {f["job"]: f for _, f in await redis.xrange(queue.keys.webhook_dead_letters(0))}
@@ -202,13 +202,13 @@ async def test_a_slow_endpoint_does_not_delay_a_healthy_one(
     async def slow_started() -> bool:
         return bool(slow.calls)
 
-    await wait_until(slow_started, timeout_s=10)
+    await eventually(slow_started, timeout=10)
     started = time.monotonic()
 
     async def fast_done() -> bool:
         return bool(fast.calls)
 
-    await wait_until(fast_done, timeout_s=10)
+    await eventually(fast_done, timeout=10)
     assert time.monotonic() - started < 2.0
 
 
@@ -223,7 +223,7 @@ async def test_a_sigkilled_dispatcher_loses_no_message(
     delivers the message (at least once; the webhook-id lets the receiver dedupe)."""
     r = await receivers((200, {}, 3.0))
     job_id = await _completed_job(queue, start_worker, r.url)
-    env = worker_env(
+    env = service_env(
         redis_server.url,
         SPLATQ_WEBHOOK_ALLOW_PRIVATE="1",
         SPLATQ_WEBHOOK_TIMEOUT_S="1",
@@ -244,7 +244,7 @@ async def test_a_sigkilled_dispatcher_loses_no_message(
         async def in_flight() -> bool:
             return bool(r.calls)
 
-        await wait_until(in_flight, timeout_s=20)
+        await eventually(in_flight, timeout=20)
         first.send_signal(signal.SIGKILL)
         second = subprocess.Popen(  # noqa: ASYNC220 - returns at once
             argv,
@@ -259,7 +259,7 @@ async def test_a_sigkilled_dispatcher_loses_no_message(
             log = await store.deliveries(job_id)
             return any(a["outcome"] == "delivered" for a in log)
 
-        await wait_until(delivered, timeout_s=30)
+        await eventually(delivered, timeout=30)
         assert len({h["webhook-id"] for _, h, _ in r.calls}) == 1
         assert len(r.calls) >= 2
     finally:

@@ -22,10 +22,10 @@ from splatq.shared.engine.jobs import JobSpec
 from splatq.shared.engine.queue import JobQueue
 from splatq.shared.redis.server import RedisServer
 from splatq.shared.settings import Settings
+from splatq.shared.testing import WorkerFactory, eventually, service_env, wait_for_status
 from splatq.shared.webhooks.endpoints import Endpoint, EndpointStore
 from splatq.shared.webhooks.store import AttemptResult, WebhookStore
-from tests.conftest import REPO_ROOT, WorkerFactory, wait_for_status, wait_until
-from tests.system.conftest import worker_env
+from tests.helpers import REPO_ROOT
 from tests.webhook_dispatcher.conftest import (
     Receiver,
     ReceiverFactory,
@@ -86,7 +86,7 @@ async def test_each_endpoint_gets_its_subscribed_events_signed_with_its_own_secr
         log = await WebhookStore(queue).deliveries(job_id)
         return sum(d["outcome"] == "delivered" for d in log) == 4
 
-    await wait_until(delivered, timeout_s=15)
+    await eventually(delivered, timeout=15)
     assert _events(only_completed) == [COMPLETED]
     assert sorted(_events(everything)) == sorted([QUEUED, STARTED, COMPLETED])
     assert other_tenant.calls == []
@@ -170,7 +170,7 @@ async def test_the_circuit_opens_holds_back_and_a_probe_closes_it(
     async def opened() -> bool:
         return (await _endpoint(store, ep.id)).circuit == "open"
 
-    await wait_until(opened, timeout_s=15)
+    await eventually(opened, timeout=15)
     seen_open_ms = int(time.time() * 1000)
     r.default_status = 200
     open_until = (await _endpoint(store, ep.id)).open_until_ms
@@ -180,7 +180,7 @@ async def test_the_circuit_opens_holds_back_and_a_probe_closes_it(
         logs = [await WebhookStore(queue).deliveries(j) for j in job_ids]
         return all(log and log[-1]["outcome"] == "delivered" for log in logs)
 
-    await wait_until(all_delivered, timeout_s=20)
+    await eventually(all_delivered, timeout=20)
     held = [t for t in r.wall_times_ms if seen_open_ms + 100 < t < open_until - 50]
     assert held == [], "requests reached the endpoint while its circuit was open"
     endpoint = await _endpoint(store, ep.id)
@@ -233,7 +233,7 @@ async def test_an_endpoint_failing_for_too_long_is_disabled_then_recovered(
     async def disabled_and_dead_lettered() -> bool:
         return not (await _endpoint(store, ep.id)).enabled and await redis.xlen(dlq) == 2
 
-    await wait_until(disabled_and_dead_lettered, timeout_s=15)
+    await eventually(disabled_and_dead_lettered, timeout=15)
     endpoint = await _endpoint(store, ep.id)
     assert "continuously" in endpoint.disabled_reason
     assert endpoint.failing_since_ms >= started_ms
@@ -251,7 +251,7 @@ async def test_an_endpoint_failing_for_too_long_is_disabled_then_recovered(
         logs = [await WebhookStore(queue).deliveries(j) for j in job_ids]
         return all(log and log[-1]["outcome"] == "delivered" for log in logs)
 
-    await wait_until(delivered, timeout_s=15)
+    await eventually(delivered, timeout=15)
     assert len(r.calls) == calls_when_disabled + 2
     assert await redis.xlen(dlq) == 0
     assert (await _endpoint(store, ep.id)).failing_since_ms == 0
@@ -277,7 +277,7 @@ async def test_410_disables_the_endpoint_and_later_events_are_dead_lettered_unse
     async def disabled() -> bool:
         return not (await _endpoint(store, ep.id)).enabled
 
-    await wait_until(disabled, timeout_s=15)
+    await eventually(disabled, timeout=15)
     assert "410" in (await _endpoint(store, ep.id)).disabled_reason
     await _completed_jobs(queue, start_worker, 1)
     dlq = queue.keys.webhook_dead_letters(0)
@@ -285,7 +285,7 @@ async def test_410_disables_the_endpoint_and_later_events_are_dead_lettered_unse
     async def both_dead() -> bool:
         return await redis.xlen(dlq) == 2
 
-    await wait_until(both_dead, timeout_s=15)
+    await eventually(both_dead, timeout=15)
     reasons = sorted(f["reason"] for _, f in await redis.xrange(dlq))
     assert reasons == ["endpoint_disabled", "gone"]
     assert len(r.calls) == 1
@@ -309,14 +309,14 @@ async def test_a_deleted_endpoint_gets_nothing_more(
     async def first_try() -> bool:
         return len(await WebhookStore(queue).deliveries(job_id)) == 1
 
-    await wait_until(first_try, timeout_s=15)
+    await eventually(first_try, timeout=15)
     assert await store.delete("acme", ep.id)
 
     async def dropped() -> bool:
         log = await WebhookStore(queue).deliveries(job_id)
         return log[-1]["outcome"] == "dropped"
 
-    await wait_until(dropped, timeout_s=15)
+    await eventually(dropped, timeout=15)
     assert len(r.calls) == 1
     assert await redis.xlen(queue.keys.webhook_dead_letters(0)) == 0
     assert await redis.zcard(queue.keys.webhook_due(0)) == 0
@@ -482,7 +482,7 @@ async def test_dispatchers_killed_mid_run_lose_no_endpoint_message(
     store = EndpointStore(queue)
     await store.create("acme", r.url, [COMPLETED])
     job_ids = await _completed_jobs(queue, start_worker, 40)
-    env = worker_env(
+    env = service_env(
         redis_server.url,
         SPLATQ_WEBHOOK_ALLOW_PRIVATE="1",
         SPLATQ_WEBHOOK_TIMEOUT_S="1",
@@ -512,7 +512,7 @@ async def test_dispatchers_killed_mid_run_lose_no_endpoint_message(
         async def all_seen() -> bool:
             return seen_jobs() == set(job_ids)
 
-        await wait_until(all_seen, timeout_s=60, interval_s=0.1)
+        await eventually(all_seen, timeout=60, interval=0.1)
         ids = [h["webhook-id"] for _, h, _ in r.calls]
         assert len(set(ids)) == 40  # one webhook-id per event, whatever the retries
     finally:
@@ -555,7 +555,7 @@ async def test_a_slow_endpoint_never_holds_the_slots_of_another_on_the_same_host
         async def fast_done() -> bool:
             return len(fast.arrived) >= 16
 
-        await wait_until(fast_done, timeout_s=20)
+        await eventually(fast_done, timeout=20)
         # All 16 served before even one slow answer came back to free a slot.
         assert not slow.answered or max(fast.arrived) < min(slow.answered)
         assert slow.most_in_flight <= 2

@@ -12,8 +12,8 @@ from splatq.services.webhook_dispatcher.policy import tenant_limit
 from splatq.shared.engine.jobs import JobSpec
 from splatq.shared.engine.queue import JobQueue
 from splatq.shared.redis.server import RedisServer
+from splatq.shared.testing import WorkerFactory, eventually, wait_for_status
 from splatq.shared.webhooks.endpoints import EndpointStore
-from tests.conftest import WorkerFactory, wait_for_status, wait_until
 from tests.system.conftest import SpawnService
 from tests.webhook_dispatcher.conftest import TimedReceiver
 
@@ -81,14 +81,14 @@ async def test_a_slow_tenant_never_holds_the_slots_another_tenant_needs(
         async def beta_delivered() -> bool:
             return bool(beta.arrived)
 
-        await wait_until(beta_delivered, timeout_s=30)
+        await eventually(beta_delivered, timeout=30)
         assert acme.arrived, "acme's backlog had not started: the test proves nothing"
         assert not acme.answered or beta.arrived[0] < min(acme.answered)
 
         async def second_wave() -> bool:
             return len(acme.arrived) >= 10  # acme's deferred messages came back and went out
 
-        await wait_until(second_wave, timeout_s=30)
+        await eventually(second_wave, timeout=30)
         assert acme.most_in_flight <= 4
     finally:
         await server.close()

@@ -12,8 +12,8 @@ from splatq.services.webhook_dispatcher.dispatcher import Dispatcher
 from splatq.shared.engine.jobs import JobSpec
 from splatq.shared.engine.queue import JobQueue
 from splatq.shared.settings import Settings
+from splatq.shared.testing import WorkerFactory, eventually, wait_for_status
 from splatq.shared.webhooks.store import WebhookStore
-from tests.conftest import WorkerFactory, wait_for_status, wait_until
 from tests.tracing_fixtures import spans  # noqa: F401 - the fixture
 from tests.webhook_dispatcher.conftest import ReceiverFactory, dispatcher_settings
 
@@ -47,7 +47,7 @@ async def test_each_attempt_is_a_span_in_the_jobs_trace(
         log = await store.deliveries(job_id)
         return bool(log) and log[-1]["outcome"] == "delivered"
 
-    await wait_until(delivered, timeout_s=15)
+    await eventually(delivered, timeout=15)
     attempts = [s for s in spans.get_finished_spans() if s.name == "webhook.attempt"]
     assert len(attempts) == 2
     assert len(r.calls) == 2

@@ -1,0 +1,146 @@
+"""`eventually`: poll until a condition holds, the one wait every splatq test uses.
+
+A condition is a callable that takes no argument and returns (or, async, resolves to) a value:
+truthy means done, and that value is returned; falsy, or an `AssertionError` raised by the
+callable, means not yet. On timeout an `AssertionError` names the condition, the time waited and
+the last value observed (the last assertion is chained as its cause), so a failing test says
+what it last saw, not only that it waited.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import inspect
+import time
+from collections.abc import Awaitable, Callable, Iterator
+from typing import Any, TypeVar, overload
+
+T = TypeVar("T")
+# What is waited for, in the timeout's message: a string, or a function called then (a log's
+# tail, a process's output: what the test would print on failure).
+Message = str | Callable[[], str] | None
+
+DEFAULT_TIMEOUT_S = 10.0
+DEFAULT_INTERVAL_S = 0.02
+
+
+class _Attempts:
+    """What the polls saw: the last value (or assertion) for the timeout's message."""
+
+    def __init__(
+        self, condition: Callable[..., object], message: Message, timeout: float, now: float
+    ) -> None:
+        self.condition = condition
+        self.message = message
+        self.timeout = timeout
+        self.deadline = now + timeout
+        self.last_value: object = None
+        self.last_error: AssertionError | None = None
+        self.polls = 0
+
+    def observed(self, value: object) -> bool:
+        self.polls += 1
+        self.last_value, self.last_error = value, None
+        return bool(value)
+
+    @contextlib.contextmanager
+    def attempt(self) -> Iterator[None]:
+        """One call of the condition: an `AssertionError` from it is recorded (not yet)."""
+        try:
+            yield
+        except AssertionError as e:
+            self.polls += 1
+            self.last_value, self.last_error = None, e
+
+    def give_up_at(self, now: float) -> None:
+        if now >= self.deadline:
+            raise self.timeout_error()
+
+    def timeout_error(self) -> AssertionError:
+        timeout = self.timeout
+        name = getattr(self.condition, "__qualname__", None) or repr(self.condition)
+        message = self.message() if callable(self.message) else self.message
+        what = message or f"condition {name}"
+        last = (
+            f"last raised {self.last_error!r}"
+            if self.last_error is not None
+            else f"last value {self.last_value!r}"
+        )
+        error = AssertionError(f"{what} not met within {timeout}s ({self.polls} polls); {last}")
+        error.__cause__ = self.last_error
+        return error
+
+
+@overload
+async def eventually(
+    condition: Callable[[], Awaitable[T]],
+    timeout: float = ...,  # noqa: ASYNC109
+    interval: float = ...,
+    *,
+    message: Message = ...,
+) -> T: ...
+
+
+@overload
+async def eventually(
+    condition: Callable[[], T],
+    timeout: float = ...,  # noqa: ASYNC109
+    interval: float = ...,
+    *,
+    message: Message = ...,
+) -> T: ...
+
+
+async def eventually(
+    condition: Callable[[], Any],
+    # ASYNC109: the bound is the poll's own (it calls between sleeps), not a cancellation
+    timeout: float = DEFAULT_TIMEOUT_S,  # noqa: ASYNC109
+    interval: float = DEFAULT_INTERVAL_S,
+    *,
+    message: Message = None,
+) -> Any:
+    """Call `condition` every `interval` seconds until it returns a truthy value (awaited if
+    it is awaitable), and return that value. An `AssertionError` from `condition` counts as
+    not yet (other exceptions, `pytest.fail` included, propagate at once: a condition fails
+    fast with them). After `timeout` seconds: `AssertionError` with `message` (what was
+    awaited) and the last value observed.
+
+    The condition is always called at least once, even with `timeout=0`."""
+    loop = asyncio.get_running_loop()
+    attempts = _Attempts(condition, message, timeout, loop.time())
+    while True:
+        with attempts.attempt():
+            value = condition()
+            if inspect.isawaitable(value):
+                value = await value
+            if attempts.observed(value):
+                return value
+        attempts.give_up_at(loop.time())
+        await asyncio.sleep(interval)
+
+
+def eventually_sync(
+    condition: Callable[[], T],
+    timeout: float = DEFAULT_TIMEOUT_S,
+    interval: float = DEFAULT_INTERVAL_S,
+    *,
+    message: Message = None,
+) -> T:
+    """`eventually` for code without an event loop (a subprocess's readiness from a plain
+    test or fixture): the same rules, sleeping with `time.sleep`."""
+    attempts = _Attempts(condition, message, timeout, time.monotonic())
+    while True:
+        with attempts.attempt():
+            if attempts.observed(value := _not_awaitable(condition())):
+                return value
+        attempts.give_up_at(time.monotonic())
+        time.sleep(interval)
+
+
+def _not_awaitable(value: T) -> T:
+    if inspect.isawaitable(value):
+        if inspect.iscoroutine(value):
+            value.close()  # never awaited: no "was never awaited" warning
+        raise TypeError("eventually_sync got an awaitable: use `await eventually(...)`")
+    return value

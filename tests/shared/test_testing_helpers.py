@@ -1,0 +1,97 @@
+"""splatq.shared.testing, the helpers users test their handlers with: `eventually` returns
+what it waited for and, on timeout, says what it last saw; the redis-server helper starts a
+real server, and stops it."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from splatq.shared.testing import eventually, eventually_sync, fresh_redis, running_redis_server
+
+
+async def test_eventually_returns_the_first_truthy_value_sync_or_async() -> None:
+    seen: list[int] = []
+
+    def grows() -> int | None:
+        seen.append(len(seen))
+        return seen[-1] if len(seen) >= 3 else None
+
+    assert await eventually(grows, timeout=5, interval=0.001) == 2
+
+    async def at_once() -> str:
+        return "done"
+
+    assert await eventually(at_once) == "done"
+
+
+async def test_eventually_times_out_with_the_last_value_it_observed() -> None:
+    async def never() -> list[int]:
+        return []
+
+    with pytest.raises(AssertionError, match=r"not met within 0.05s .*last value \[\]"):
+        await eventually(never, timeout=0.05, interval=0.01)
+    with pytest.raises(AssertionError, match=r"^the queue draining not met"):
+        await eventually(lambda: 0, timeout=0, message="the queue draining")
+
+
+async def test_an_assertion_in_the_condition_means_not_yet_and_is_the_cause() -> None:
+    calls = 0
+
+    def settles() -> bool:
+        nonlocal calls
+        calls += 1
+        assert calls > 2, f"only {calls} calls"
+        return True
+
+    assert await eventually(settles, timeout=5, interval=0.001) is True
+
+    def fails() -> bool:
+        raise AssertionError("status is processing")
+
+    with pytest.raises(AssertionError, match=r"last raised .*status is processing") as info:
+        await eventually(fails, timeout=0.02, interval=0.005)
+    assert isinstance(info.value.__cause__, AssertionError)
+
+
+async def test_other_exceptions_are_not_swallowed() -> None:
+    def broken() -> bool:
+        raise KeyError("bug")
+
+    with pytest.raises(KeyError):
+        await eventually(broken, timeout=5)
+
+
+def test_eventually_sync_polls_without_a_loop_and_refuses_coroutine_functions() -> None:
+    ticks = iter(range(10))
+    assert eventually_sync(lambda: next(ticks) == 3, timeout=5, interval=0.001) is True
+    with pytest.raises(AssertionError, match="last value 0"):
+        eventually_sync(lambda: 0, timeout=0.02, interval=0.005)
+
+    async def coro() -> bool:
+        return True
+
+    with pytest.raises(TypeError, match="await eventually"):
+        eventually_sync(coro)  # type: ignore[arg-type]
+
+
+async def test_running_redis_server_starts_a_fresh_server_and_stops_it() -> None:
+    async with running_redis_server() as server:
+        async with fresh_redis(server.url) as redis:
+            await redis.set("k", "v")
+        async with fresh_redis(server.url) as redis:
+            assert await redis.get("k") is None  # flushed for the next user
+            assert await redis.ping()
+        process = server.process
+    assert process is not None
+    assert process.poll() is not None  # stopped on exit
+
+
+def test_importing_the_helpers_does_not_import_pytest() -> None:
+    code = "import sys, splatq.shared.testing; print('pytest' in sys.modules)"
+    out = subprocess.run(
+        [sys.executable, "-c", code], check=True, capture_output=True, text=True, timeout=60
+    )
+    assert out.stdout.strip() == "False"
