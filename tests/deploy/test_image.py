@@ -17,13 +17,13 @@ import shutil
 import subprocess
 import sys
 import sysconfig
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from splatq.shared.redis.server import RedisServer, free_port
+from splatq.shared.testing import eventually_sync
 from tests.deploy.manifests import PACKAGE_VERSION, REPO_ROOT, build, pod_templates
 
 DOCKERFILE = REPO_ROOT / "Dockerfile"
@@ -264,11 +264,15 @@ def test_the_installed_gateway_passes_its_check(
         [splatq, "gateway"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
     )
     try:
-        deadline = time.monotonic() + 60
-        while (check := run([splatq, "gateway", "--check"], env, 30)).returncode != 0:
-            assert gateway.poll() is None, gateway.stderr.read() if gateway.stderr else ""
-            assert time.monotonic() < deadline, check.stdout
-            time.sleep(0.2)
+
+        def healthy() -> subprocess.CompletedProcess[str]:
+            if gateway.poll() is not None:
+                pytest.fail(gateway.stderr.read().decode() if gateway.stderr else "")
+            check = run([splatq, "gateway", "--check"], env, 30)
+            assert check.returncode == 0, check.stdout
+            return check
+
+        check = eventually_sync(healthy, timeout=60, interval=0.2)
         assert "gateway: healthy" in check.stdout
     finally:
         gateway.terminate()

@@ -7,12 +7,13 @@ import asyncio
 import contextlib
 import threading
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 
 import pytest
 
 from splatq.services.gateway.decode_slots import DecodeSlots
 from splatq.services.gateway.problems import ApiError
+from splatq.shared.testing import eventually
 
 
 class Gate:
@@ -34,14 +35,6 @@ class Gate:
         return data
 
 
-async def _until(predicate: Callable[[], bool]) -> None:
-    for _ in range(500):
-        if predicate():
-            return
-        await asyncio.sleep(0.01)
-    raise AssertionError("condition not reached")
-
-
 @contextlib.asynccontextmanager
 async def holding(
     slots: DecodeSlots, *tenants: str
@@ -50,7 +43,7 @@ async def holding(
     gate = Gate()
     held = [asyncio.create_task(slots.run(t, gate, t.encode())) for t in tenants]
     try:
-        await _until(lambda: gate.running == len(tenants))
+        await eventually(lambda: gate.running == len(tenants), timeout=5, interval=0.01)
         yield gate, held
     finally:
         gate.release.set()
@@ -97,7 +90,7 @@ async def test_a_canceled_request_keeps_its_slot_until_the_decode_thread_ends() 
             await slots.run("acme", lambda data: data, b"y")
         assert info.value.code == "too_many_decodes"
         gate.release.set()
-        await _until(lambda: gate.running == 0)
+        await eventually(lambda: gate.running == 0, timeout=5, interval=0.01)
         await asyncio.sleep(0.05)  # the release is scheduled on the loop from the thread
         assert await slots.run("acme", lambda data: data, b"y") == b"y"
 

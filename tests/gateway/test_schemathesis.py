@@ -34,6 +34,7 @@ from schemathesis.specs.openapi.checks import (
 
 from splatq.services.gateway.openapi import openapi_document
 from splatq.shared.redis.server import RedisServer, free_port
+from splatq.shared.testing import eventually_sync
 from tests.gateway.conftest import AUTH_A, KEY_A, KEY_B
 from tests.gateway.corpus import valid_png
 from tests.helpers import REPO_ROOT
@@ -109,17 +110,20 @@ def gateway_url(
 
 
 def _wait_ready(proc: subprocess.Popen[bytes], url: str, log_path: Path) -> None:
-    deadline = time.monotonic() + START_TIMEOUT_S
-    while time.monotonic() < deadline:
+    def ready() -> bool:
         if proc.poll() is not None:
             pytest.fail(f"gateway exited with {proc.returncode}:\n{log_path.read_text()[-4000:]}")
         try:
-            if requests.get(f"{url}/readyz", timeout=1).status_code == 200:
-                return
+            return requests.get(f"{url}/readyz", timeout=1).status_code == 200
         except requests.RequestException:
-            pass
-        time.sleep(0.1)
-    pytest.fail(f"gateway not ready within {START_TIMEOUT_S}s:\n{log_path.read_text()[-4000:]}")
+            return False
+
+    eventually_sync(
+        ready,
+        START_TIMEOUT_S,
+        0.1,
+        message=lambda: f"gateway ready:\n{log_path.read_text()[-4000:]}",
+    )
 
 
 # The document the gateway serves, built by the same function with the same base URL (the
