@@ -25,7 +25,7 @@ from typing import Any
 import yaml
 
 import splatq.shared.settings
-from splatq.services import cli
+from splatq.services.cli import main as cli
 from splatq.shared.engine.stages import parse_stage_list
 from tests.deploy import kustomize_lite
 

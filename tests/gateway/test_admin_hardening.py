@@ -16,7 +16,7 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient
 
-from splatq.services import cli
+from splatq.services.cli import main as cli
 from splatq.shared.redis.server import free_port
 from splatq.shared.settings import Settings, SettingsError
 from tests.gateway.conftest import ADMIN, ADMIN_KEY, AUTH_A, ClientFactory
