@@ -15,6 +15,7 @@ from splatq.shared.engine.scripts import Script
 from splatq.shared.redis.client import connect
 from splatq.shared.redis.server import RedisServer
 from splatq.shared.settings import Settings
+from splatq.shared.testing import running_redis_server
 from tests.faultproxy import FaultProxy
 
 
@@ -40,10 +41,8 @@ async def proxied(proxy: FaultProxy, settings: Settings) -> AsyncIterator[JobQue
 @pytest.fixture
 async def own_server(tmp_path: Path) -> AsyncIterator[RedisServer]:
     """A redis-server of this test alone (it changes server configuration)."""
-    server = RedisServer(tmp_path / "redis", appendonly=False)
-    await server.start()
-    yield server
-    await server.stop()
+    async with running_redis_server(tmp_path / "redis") as server:
+        yield server
 
 
 def sha(queue: JobQueue, script: Script) -> bytes:

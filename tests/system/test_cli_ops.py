@@ -25,7 +25,12 @@ from splatq.shared.engine.queue import JobQueue
 from splatq.shared.engine.stages import ALL_STAGES
 from splatq.shared.redis.server import RedisServer, free_port
 from splatq.shared.settings import Settings
-from splatq.shared.testing import engine_settings, eventually, service_env
+from splatq.shared.testing import (
+    engine_settings,
+    eventually,
+    running_redis_server,
+    service_env,
+)
 from tests.gpu_worker.conftest import sample_png
 from tests.helpers import REPO_ROOT, spec
 from tests.system.conftest import SpawnService, SpawnWorker
@@ -37,11 +42,8 @@ pytestmark = pytest.mark.slow
 @pytest.fixture
 async def own_redis(tmp_path: Path) -> AsyncIterator[RedisServer]:
     """A Redis of this test alone: `info` and `--burst` look at every stream in it."""
-    server = RedisServer(tmp_path / "redis")
-    server.data_dir.mkdir()
-    await server.start()
-    yield server
-    await server.stop()
+    async with running_redis_server(tmp_path / "redis", appendonly=True) as server:
+        yield server
 
 
 @pytest.fixture

@@ -14,7 +14,12 @@ from redis.asyncio import Redis
 from splatq.shared.engine.queue import JobQueue
 from splatq.shared.redis.client import connect
 from splatq.shared.redis.server import RedisServer
-from splatq.shared.testing import engine_settings, job_events, wait_for_status
+from splatq.shared.testing import (
+    engine_settings,
+    job_events,
+    running_redis_server,
+    wait_for_status,
+)
 from tests.faultproxy import FaultProxy
 from tests.handlers import runs_key
 from tests.helpers import spec
@@ -28,12 +33,10 @@ TTL_MS = 1500
 @pytest.fixture
 async def stallable(tmp_path: Path) -> AsyncIterator[RedisServer]:
     """A redis-server of this test alone: the test freezes it."""
-    server = RedisServer(tmp_path / "redis", appendonly=False)
-    await server.start()
-    yield server
-    if server.process is not None:
-        server.process.send_signal(signal.SIGCONT)
-    await server.stop()
+    async with running_redis_server(tmp_path / "redis") as server:
+        yield server
+        if server.process is not None:
+            server.process.send_signal(signal.SIGCONT)
 
 
 async def _eight_jobs_through(
