@@ -146,14 +146,19 @@ async def wait_for_status(
 ) -> JobRecord:
     """Until the job's status is one of `statuses` (`"completed"`, `"failed"`, ...); returns
     the job then. On timeout the `AssertionError` shows the job as last read."""
+    last: list[JobRecord | None] = [None]
 
-    async def reached() -> JobRecord:
-        job = await queue.get(job_id)
-        assert job is not None, f"job {job_id} not found"
-        assert job.status.value in statuses, f"job {job_id} is {job.status.value}: {job}"
-        return job
+    async def reached() -> JobRecord | None:
+        last[0] = job = await queue.get(job_id)
+        return job if job is not None and job.status.value in statuses else None
 
-    return await eventually(reached, timeout, message=f"job {job_id} reaching {sorted(statuses)}")
+    job = await eventually(
+        reached,
+        timeout,
+        message=lambda: f"job {job_id} reaching {sorted(statuses)} (last read: {last[0]})",
+    )
+    assert job is not None  # eventually returns a truthy value
+    return job
 
 
 async def job_events(redis: Redis, queue: JobQueue, job_id: str) -> list[str]:

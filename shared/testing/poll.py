@@ -1,10 +1,12 @@
 """`eventually`: poll until a condition holds, the one wait every splatq test uses.
 
 A condition is a callable that takes no argument and returns (or, async, resolves to) a value:
-truthy means done, and that value is returned; falsy, or an `AssertionError` raised by the
-callable, means not yet. On timeout an `AssertionError` names the condition, the time waited and
-the last value observed (the last assertion is chained as its cause), so a failing test says
-what it last saw, not only that it waited.
+truthy means done, and that value is returned; falsy means not yet. An exception from the
+condition ends the wait at once (an `assert` inside it is an invariant that must hold at every
+poll), unless its type is in `retry_on` (`retry_on=AssertionError`: "assert what you expect,
+until it holds"). On timeout an `AssertionError` names what was awaited, the time waited and
+the last value observed (or the last retried exception, chained as its cause), so a failing
+test says what it last saw, not only that it waited.
 """
 
 from __future__ import annotations
@@ -20,23 +22,31 @@ T = TypeVar("T")
 # What is waited for, in the timeout's message: a string, or a function called then (a log's
 # tail, a process's output: what the test would print on failure).
 Message = str | Callable[[], str] | None
+# Exceptions from the condition that mean "not yet" instead of ending the wait.
+RetryOn = type[Exception] | tuple[type[Exception], ...]
 
 DEFAULT_TIMEOUT_S = 10.0
 DEFAULT_INTERVAL_S = 0.02
 
 
 class _Attempts:
-    """What the polls saw: the last value (or assertion) for the timeout's message."""
+    """What the polls saw: the last value (or retried exception) for the timeout's message."""
 
     def __init__(
-        self, condition: Callable[..., object], message: Message, timeout: float, now: float
+        self,
+        condition: Callable[..., object],
+        message: Message,
+        retry_on: RetryOn,
+        timeout: float,
+        now: float,
     ) -> None:
         self.condition = condition
         self.message = message
+        self.retry_on = retry_on
         self.timeout = timeout
         self.deadline = now + timeout
         self.last_value: object = None
-        self.last_error: AssertionError | None = None
+        self.last_error: Exception | None = None
         self.polls = 0
 
     def observed(self, value: object) -> bool:
@@ -46,10 +56,10 @@ class _Attempts:
 
     @contextlib.contextmanager
     def attempt(self) -> Iterator[None]:
-        """One call of the condition: an `AssertionError` from it is recorded (not yet)."""
+        """One call of the condition: an exception of `retry_on` is recorded (not yet)."""
         try:
             yield
-        except AssertionError as e:
+        except self.retry_on as e:
             self.polls += 1
             self.last_value, self.last_error = None, e
 
@@ -58,7 +68,6 @@ class _Attempts:
             raise self.timeout_error()
 
     def timeout_error(self) -> AssertionError:
-        timeout = self.timeout
         name = getattr(self.condition, "__qualname__", None) or repr(self.condition)
         message = self.message() if callable(self.message) else self.message
         what = message or f"condition {name}"
@@ -67,7 +76,9 @@ class _Attempts:
             if self.last_error is not None
             else f"last value {self.last_value!r}"
         )
-        error = AssertionError(f"{what} not met within {timeout}s ({self.polls} polls); {last}")
+        error = AssertionError(
+            f"{what} not met within {self.timeout}s ({self.polls} polls); {last}"
+        )
         error.__cause__ = self.last_error
         return error
 
@@ -79,6 +90,7 @@ async def eventually(
     interval: float = ...,
     *,
     message: Message = ...,
+    retry_on: RetryOn = ...,
 ) -> T: ...
 
 
@@ -89,6 +101,7 @@ async def eventually(
     interval: float = ...,
     *,
     message: Message = ...,
+    retry_on: RetryOn = ...,
 ) -> T: ...
 
 
@@ -99,16 +112,16 @@ async def eventually(
     interval: float = DEFAULT_INTERVAL_S,
     *,
     message: Message = None,
+    retry_on: RetryOn = (),
 ) -> Any:
     """Call `condition` every `interval` seconds until it returns a truthy value (awaited if
-    it is awaitable), and return that value. An `AssertionError` from `condition` counts as
-    not yet (other exceptions, `pytest.fail` included, propagate at once: a condition fails
-    fast with them). After `timeout` seconds: `AssertionError` with `message` (what was
-    awaited) and the last value observed.
+    it is awaitable), and return that value. An exception from `condition` propagates at once
+    unless it is one of `retry_on` (then: not yet). After `timeout` seconds: `AssertionError`
+    with `message` (what was awaited; a function is called then) and the last value observed.
 
     The condition is always called at least once, even with `timeout=0`."""
     loop = asyncio.get_running_loop()
-    attempts = _Attempts(condition, message, timeout, loop.time())
+    attempts = _Attempts(condition, message, retry_on, timeout, loop.time())
     while True:
         with attempts.attempt():
             value = condition()
@@ -126,10 +139,11 @@ def eventually_sync(
     interval: float = DEFAULT_INTERVAL_S,
     *,
     message: Message = None,
+    retry_on: RetryOn = (),
 ) -> T:
     """`eventually` for code without an event loop (a subprocess's readiness from a plain
     test or fixture): the same rules, sleeping with `time.sleep`."""
-    attempts = _Attempts(condition, message, timeout, time.monotonic())
+    attempts = _Attempts(condition, message, retry_on, timeout, time.monotonic())
     while True:
         with attempts.attempt():
             if attempts.observed(value := _not_awaitable(condition())):

@@ -272,7 +272,7 @@ def test_the_installed_gateway_passes_its_check(
             assert check.returncode == 0, check.stdout
             return check
 
-        check = eventually_sync(healthy, timeout=60, interval=0.2)
+        check = eventually_sync(healthy, timeout=60, interval=0.2, retry_on=AssertionError)
         assert "gateway: healthy" in check.stdout
     finally:
         gateway.terminate()

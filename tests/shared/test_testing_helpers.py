@@ -9,7 +9,15 @@ import sys
 
 import pytest
 
-from splatq.shared.testing import eventually, eventually_sync, fresh_redis, running_redis_server
+from splatq.shared.engine.queue import JobQueue
+from splatq.shared.testing import (
+    eventually,
+    eventually_sync,
+    fresh_redis,
+    running_redis_server,
+    wait_for_status,
+)
+from tests.helpers import spec
 
 
 async def test_eventually_returns_the_first_truthy_value_sync_or_async() -> None:
@@ -37,7 +45,29 @@ async def test_eventually_times_out_with_the_last_value_it_observed() -> None:
         await eventually(lambda: 0, timeout=0, message="the queue draining")
 
 
-async def test_an_assertion_in_the_condition_means_not_yet_and_is_the_cause() -> None:
+async def test_an_exception_in_the_condition_ends_the_wait_at_once() -> None:
+    """An assert inside a condition is an invariant of every poll: the first violation fails
+    the test, a later poll that happens to pass cannot hide it."""
+    calls = 0
+
+    def invariant_broken_once() -> bool:
+        nonlocal calls
+        calls += 1
+        assert calls != 2, "broken at the second poll"
+        return calls >= 4
+
+    with pytest.raises(AssertionError, match="broken at the second poll"):
+        await eventually(invariant_broken_once, timeout=5, interval=0.001)
+    assert calls == 2
+
+    def broken() -> bool:
+        raise KeyError("bug")
+
+    with pytest.raises(KeyError):
+        await eventually(broken, timeout=5)
+
+
+async def test_retry_on_makes_an_assertion_mean_not_yet_and_the_cause() -> None:
     calls = 0
 
     def settles() -> bool:
@@ -46,22 +76,14 @@ async def test_an_assertion_in_the_condition_means_not_yet_and_is_the_cause() ->
         assert calls > 2, f"only {calls} calls"
         return True
 
-    assert await eventually(settles, timeout=5, interval=0.001) is True
+    assert await eventually(settles, timeout=5, interval=0.001, retry_on=AssertionError)
 
     def fails() -> bool:
         raise AssertionError("status is processing")
 
     with pytest.raises(AssertionError, match=r"last raised .*status is processing") as info:
-        await eventually(fails, timeout=0.02, interval=0.005)
+        await eventually(fails, timeout=0.02, interval=0.005, retry_on=AssertionError)
     assert isinstance(info.value.__cause__, AssertionError)
-
-
-async def test_other_exceptions_are_not_swallowed() -> None:
-    def broken() -> bool:
-        raise KeyError("bug")
-
-    with pytest.raises(KeyError):
-        await eventually(broken, timeout=5)
 
 
 def test_eventually_sync_polls_without_a_loop_and_refuses_coroutine_functions() -> None:
@@ -95,3 +117,9 @@ def test_importing_the_helpers_does_not_import_pytest() -> None:
         [sys.executable, "-c", code], check=True, capture_output=True, text=True, timeout=60
     )
     assert out.stdout.strip() == "False"
+
+
+async def test_wait_for_status_times_out_showing_the_job_as_last_read(queue: JobQueue) -> None:
+    job_id = (await queue.enqueue(spec())).job_id  # no worker: it stays queued
+    with pytest.raises(AssertionError, match=r"reaching \['completed'\] \(last read: .*queued"):
+        await wait_for_status(queue, job_id, {"completed"}, timeout=0.1)

@@ -152,7 +152,7 @@ async def test_a_job_that_dies_beside_a_poison_job_in_its_process_is_charged_one
             assert shared == ["2", "2"], f"co_running {shared}: one process runs both jobs"
             return True
 
-        await eventually(co_running, timeout=5, interval=0.05)
+        await eventually(co_running, timeout=5, interval=0.05, retry_on=AssertionError)
         await redis.set(poison_key(poison), 1)
         await pod.wait_death()
         done = await wait_for_status(queue, bystander, {"completed", "failed"}, timeout=30)
