@@ -13,7 +13,14 @@ from splatq.shared.engine.jobs import JobSpec
 from splatq.shared.engine.queue import JobQueue
 from splatq.shared.engine.stages import PIPELINE, PipelineStage, StageStatus
 from splatq.shared.redis.server import RedisServer
-from splatq.shared.testing import eventually, job_events, wait_for_status
+from splatq.shared.testing import (
+    ServiceProcesses,
+    eventually,
+    job_events,
+    service_env,
+    wait_for_status,
+)
+from tests.helpers import REPO_ROOT
 from tests.stage_handlers import expected_result, work_key
 
 pytestmark = pytest.mark.slow
@@ -36,10 +43,8 @@ async def test_a_sigkill_at_every_stage_boundary_loses_nothing_and_repeats_no_co
     completes once, every stage's work before publish ran exactly once (a re-run reuses the
     stored outputs, and a committed stage is never run again), and `completed` is emitted
     once."""
-    import tests.system.conftest as sysconf  # noqa: PLC0415
-
-    procs = sysconf._Processes(tmp_path)
-    env = sysconf.worker_env(
+    procs = ServiceProcesses(tmp_path, cwd=REPO_ROOT)
+    env = service_env(
         redis_server.url,
         SPLATQ_STORAGE_URL=f"file://{tmp_path / 'objects'}",
         SPLATQ_STAGES="all",
@@ -114,15 +119,14 @@ async def test_gpu_and_cpu_pods_share_the_work_and_a_killed_gpu_pod_is_replaced(
     """The deployment's shape: one process runs reconstruct (the GPU pod), another the rest
     (the CPU pod). The reconstruct process is SIGKILLed mid-stage; its replacement takes the
     stage over after the lease, and no other stage runs twice."""
-    import tests.system.conftest as sysconf  # noqa: PLC0415
 
-    procs = sysconf._Processes(tmp_path)
+    procs = ServiceProcesses(tmp_path, cwd=REPO_ROOT)
     base = {
         "SPLATQ_STORAGE_URL": f"file://{tmp_path / 'objects'}",
         "SPLATQ_STAGE_HANDLERS": HANDLERS,
     }
-    gpu_env = sysconf.worker_env(redis_server.url, SPLATQ_STAGES="reconstruct", **base)
-    cpu_env = sysconf.worker_env(
+    gpu_env = service_env(redis_server.url, SPLATQ_STAGES="reconstruct", **base)
+    cpu_env = service_env(
         redis_server.url, SPLATQ_STAGES="ingest,export,render,publish,cleanup", **base
     )
     ids = [
@@ -173,10 +177,8 @@ async def test_a_worker_stalled_past_its_lease_mid_stage_commits_nothing_when_it
     later stage runs again, `completed` goes out once, and the woken worker lives on."""
     import signal  # noqa: PLC0415
 
-    import tests.system.conftest as sysconf  # noqa: PLC0415
-
-    procs = sysconf._Processes(tmp_path)
-    env = sysconf.worker_env(
+    procs = ServiceProcesses(tmp_path, cwd=REPO_ROOT)
+    env = service_env(
         redis_server.url,
         SPLATQ_STORAGE_URL=f"file://{tmp_path / 'objects'}",
         SPLATQ_STAGES="all",
