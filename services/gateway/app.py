@@ -33,7 +33,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from splatq.services.gateway import image_fetch, listeners, result_cache, server
-from splatq.services.gateway.auth import KEY_RESOLVER, KeyResolver
+from splatq.services.gateway.auth import KEY_RESOLVER, KeyResolver, authenticate_admin
 from splatq.services.gateway.auth_throttle import ADMIN_THROTTLE, FailureThrottle
 from splatq.services.gateway.decode_slots import DecodeSlots
 from splatq.services.gateway.images import decode_limits
@@ -120,9 +120,43 @@ def _trace_id(request: web.Request) -> str:
     return new_trace_id()
 
 
+def _error_for(request: web.Request, exc: Exception) -> ApiError:
+    """The API error a handler's exception answers as (a redirect is re-raised)."""
+    if isinstance(exc, ApiError):
+        error = exc
+    elif isinstance(exc, web.HTTPRequestEntityTooLarge):
+        error = ApiError(413, "payload_too_large", "request too large")
+    elif isinstance(exc, web.HTTPNotFound):
+        error = ApiError(404, "not_found", "no such resource")
+    elif isinstance(exc, web.HTTPMethodNotAllowed):
+        error = ApiError(
+            405,
+            "method_not_allowed",
+            f"{request.method} is not allowed here",
+            {"Allow": ",".join(sorted(exc.allowed_methods))},
+        )
+    elif isinstance(exc, web.HTTPException):
+        if exc.status < 400:
+            raise exc  # redirects and the like are not errors
+        error = ApiError(exc.status, "http_error", exc.reason)
+    elif isinstance(exc, UNAVAILABLE_ERRORS):
+        log.warning("http.unavailable", error=type(exc).__name__, detail=str(exc)[:300])
+        error = ApiError(
+            503,
+            "unavailable",
+            "the job store is unreachable; retry later",
+            {"Retry-After": str(UNAVAILABLE_RETRY_AFTER_S)},
+        )
+    else:
+        log.exception("http.unhandled", path=request.path)
+        error = ApiError(500, "internal_error", "unexpected error")
+    return error
+
+
 @web.middleware
 async def observe(request: web.Request, handler: Handler) -> web.StreamResponse:
-    """Request/trace ids on every response and log line; access log; problem+json errors."""
+    """Request/trace ids on every response and log line; access log; problem+json errors; the
+    listener's screen (listeners.screen) before the handler."""
     request_id = _request_id(request)
     trace_id = _trace_id(request)
     request[TRACE_ID] = trace_id
@@ -133,44 +167,17 @@ async def observe(request: web.Request, handler: Handler) -> web.StreamResponse:
     status = 500
     try:
         try:
+            settings = request.app[SETTINGS]
+            if listeners.screen(request, settings):
+                await authenticate_admin(request, settings.admin_api_key)
             response = await handler(request)
-        except ApiError as exc:
-            response = problem_response(exc)
-        except web.HTTPRequestEntityTooLarge:
-            response = problem_response(ApiError(413, "payload_too_large", "request too large"))
-        except web.HTTPNotFound:
-            response = problem_response(ApiError(404, "not_found", "no such resource"))
-        except web.HTTPMethodNotAllowed as exc:
-            response = problem_response(
-                ApiError(
-                    405,
-                    "method_not_allowed",
-                    f"{request.method} is not allowed here",
-                    {"Allow": ",".join(sorted(exc.allowed_methods))},
-                )
-            )
-        except web.HTTPException as exc:
-            if exc.status < 400:
-                raise  # redirects and the like are not errors
-            response = problem_response(ApiError(exc.status, "http_error", exc.reason))
         except (asyncio.CancelledError, ConnectionResetError):
             # The client went away (aiohttp ignores the error once it is re-raised); the
             # request ends here, and that is nobody's fault.
             status = CLIENT_CLOSED_STATUS
             raise
-        except UNAVAILABLE_ERRORS as exc:
-            log.warning("http.unavailable", error=type(exc).__name__, detail=str(exc)[:300])
-            response = problem_response(
-                ApiError(
-                    503,
-                    "unavailable",
-                    "the job store is unreachable; retry later",
-                    {"Retry-After": str(UNAVAILABLE_RETRY_AFTER_S)},
-                )
-            )
-        except Exception:
-            log.exception("http.unhandled", path=request.path)
-            response = problem_response(ApiError(500, "internal_error", "unexpected error"))
+        except Exception as exc:
+            response = problem_response(_error_for(request, exc))
         status = response.status
         if status == 408:
             response.force_close()  # a client too slow to send its request: let it go
@@ -231,11 +238,7 @@ def create_app(
     """The gateway application; resources open in `cleanup_ctx` and close with the app."""
     from splatq.services.gateway import routes  # noqa: PLC0415 - routes import this module's keys
 
-    middlewares: list[Middleware] = [
-        server.track_requests,
-        observe,
-        listeners.middleware(settings),
-    ]
+    middlewares: list[Middleware] = [observe]
     if tracing.enabled():
         middlewares.append(trace_request)
     app = web.Application(
