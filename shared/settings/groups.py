@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from splatq.shared.settings.declare import Group
 
-STACK = Group("Redis, storage and the local stack")
+STACK = Group("Redis, storage, the local stack and the client commands")
 GATEWAY = Group("Gateway: limits and admission")
 TENANTS = Group("Tenants, API keys, admin API and GPU quotas")
 STREAMS = Group("Streams, partitions and fair scheduling")
