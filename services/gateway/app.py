@@ -42,6 +42,7 @@ from splatq.services.gateway.problems import ApiError, problem_response
 from splatq.services.gateway.stream_caps import StreamCaps
 from splatq.services.gateway.tenant_policies import TENANT_POLICIES, TenantPolicies
 from splatq.shared import tracing
+from splatq.shared.engine.fairness import fairness_of
 from splatq.shared.engine.ids import new_trace_id
 from splatq.shared.engine.queue import JobQueue
 from splatq.shared.images.headers import DecodeLimits
@@ -285,7 +286,10 @@ def create_app(
         app[TENANTS] = TenantStore(redis)
         app[QUOTAS] = QuotaBook(redis)
         app[TENANT_POLICIES] = TenantPolicies(
-            app[TENANTS], settings.fairness, settings.api_key_cache_s, settings.api_key_cache_size
+            app[TENANTS],
+            fairness_of(settings),
+            settings.api_key_cache_s,
+            settings.api_key_cache_size,
         )
         app[KEY_RESOLVER] = KeyResolver(
             settings.api_keys, app[TENANTS], settings.api_key_cache_s, settings.api_key_cache_size

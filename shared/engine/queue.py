@@ -22,7 +22,7 @@ from redis.exceptions import ResponseError
 from splatq.shared.engine import events
 from splatq.shared.engine.claims import Claim, answering, claim_partitions, is_live, parse_claim
 from splatq.shared.engine.events import EventType
-from splatq.shared.engine.fairness import TenantPolicy, home_partition
+from splatq.shared.engine.fairness import TenantPolicy, fairness_of, home_partition
 from splatq.shared.engine.ids import is_job_id, new_event_id, new_job_id, new_trace_id, partition_of
 from splatq.shared.engine.jobs import JOB_FORMAT_VERSION, JobRecord, JobSpec, pairs_to_dict
 from splatq.shared.engine.keys import STREAMS, KeySchema, StreamName, replay_key
@@ -257,7 +257,7 @@ class JobQueue:
         `policy`): a caller that must record something under the id before the job exists
         (a quota reservation) passes it to `enqueue(job_id=...)`."""
         if policy is None:
-            policy = self.settings.fairness.policy(spec.tenant, spec.stream)
+            policy = fairness_of(self.settings).policy(spec.tenant, spec.stream)
         return new_job_id(self.route(spec.tenant, spec.idempotency_key, policy))
 
     async def enqueue(
@@ -279,7 +279,7 @@ class JobQueue:
         job holding the spec's claim key, or `not_joined`, never create one (the caller holds
         nothing a new job would need: a quota reservation)."""
         stream = spec.stream
-        fairness = self.settings.fairness
+        fairness = fairness_of(self.settings)
         if policy is None:
             policy = fairness.policy(spec.tenant, stream)
         partition = self.route(spec.tenant, spec.idempotency_key, policy)
@@ -539,7 +539,7 @@ class JobQueue:
                     self.settings.script_replay_ttl_ms,
                     running,
                     self.settings.dlq_maxlen,
-                    self.settings.fairness.quantum,
+                    fairness_of(self.settings).quantum,
                     self.settings.stream_maxlen,
                     "0" if self.keys.stage else "1",  # only the entry streams are fed fairly
                     *self._downstream(partition),
@@ -1016,7 +1016,7 @@ class JobQueue:
     def redrive_fair_argument(self, quality: str) -> str:
         """redrive.lua's fair-scheduling argument: the job joins its tenant's redrive flow
         (weight 1, no cap), or '' (straight into the stream) when fair scheduling is off."""
-        fairness = self.settings.fairness
+        fairness = fairness_of(self.settings)
         if not fairness.enabled:
             return ""
         return fairness.argument(quality, TenantPolicy(), self.group)
