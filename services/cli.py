@@ -181,7 +181,7 @@ def _up(args: argparse.Namespace, settings: Settings) -> int:
 
 def _demo(args: argparse.Namespace, settings: Settings) -> int:
     try:  # torch import is slow: only here
-        from splatq.services.gpu_worker.demo import run_demo  # noqa: PLC0415
+        from splatq.services.demo import run_demo  # noqa: PLC0415
     except ImportError as exc:
         print(f"splatq demo: {exc}; install the worker extra: pip install 'splatq[worker]'",
               file=sys.stderr)  # fmt: skip

@@ -32,21 +32,38 @@ from redis.exceptions import (
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from splatq.services.gateway import image_fetch, listeners, result_cache, server
+from splatq.services.gateway import image_fetch, listeners, result_cache, routes, server
+from splatq.services.gateway.admission import Admission
+from splatq.services.gateway.appkeys import (
+    ADMISSION,
+    DECODE_LIMITS,
+    DECODE_SLOTS,
+    METRICS,
+    QUEUE,
+    QUOTAS,
+    REGISTRY_KEY,
+    REPLICA_WAIT,
+    SETTINGS,
+    SSE_QUEUE,
+    STORAGE,
+    STREAM_CAPS,
+    TENANTS,
+    TRACE_ID,
+)
 from splatq.services.gateway.auth import KEY_RESOLVER, KeyResolver, authenticate_admin
 from splatq.services.gateway.auth_throttle import ADMIN_THROTTLE, FailureThrottle
 from splatq.services.gateway.decode_slots import DecodeSlots
 from splatq.services.gateway.images import decode_limits
 from splatq.services.gateway.metrics import GatewayMetrics, method_label
 from splatq.services.gateway.problems import ApiError, problem_response
+from splatq.services.gateway.result_cache import RESULT_CACHE
 from splatq.services.gateway.stream_caps import StreamCaps
 from splatq.services.gateway.tenant_policies import TENANT_POLICIES, TenantPolicies
 from splatq.shared import tracing
 from splatq.shared.engine.fairness import fairness_of
 from splatq.shared.engine.ids import new_trace_id
+from splatq.shared.engine.metrics import QueueMetrics, register_build_info
 from splatq.shared.engine.queue import JobQueue
-from splatq.shared.images.headers import DecodeLimits
-from splatq.shared.metrics import QueueMetrics, register_build_info
 from splatq.shared.redis.client import connect
 from splatq.shared.redis.replica_wait import ReplicaWait
 from splatq.shared.settings import Settings
@@ -56,21 +73,6 @@ from splatq.shared.tenants.store import TenantStore
 
 log = structlog.get_logger("splatq.gateway")
 
-SETTINGS = web.AppKey("settings", Settings)
-QUEUE = web.AppKey("queue", JobQueue)
-# The same engine API on the SSE pool: blocking reads only (see redis_ctx).
-SSE_QUEUE = web.AppKey("sse_queue", JobQueue)
-# WAIT after an accepted job (SPLATQ_REDIS_WAIT_REPLICAS; disabled when 0).
-REPLICA_WAIT = web.AppKey("replica_wait", ReplicaWait)
-STREAM_CAPS = web.AppKey("stream_caps", StreamCaps)
-STORAGE = web.AppKey("storage", Storage)
-METRICS = web.AppKey("metrics", GatewayMetrics)
-REGISTRY_KEY = web.AppKey("registry", CollectorRegistry)
-DECODE_SLOTS = web.AppKey("decode_slots", DecodeSlots)
-DECODE_LIMITS = web.AppKey("decode_limits", DecodeLimits)
-TENANTS = web.AppKey("tenants", TenantStore)
-QUOTAS = web.AppKey("quotas", QuotaBook)
-TRACE_ID = web.RequestKey("trace_id", str)
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 _TRACEPARENT_LEN = 55
@@ -237,8 +239,6 @@ def create_app(
     registry: CollectorRegistry = REGISTRY,
 ) -> web.Application:
     """The gateway application; resources open in `cleanup_ctx` and close with the app."""
-    from splatq.services.gateway import routes  # noqa: PLC0415 - routes import this module's keys
-
     middlewares: list[Middleware] = [observe]
     if tracing.enabled():
         middlewares.append(trace_request)
@@ -296,6 +296,16 @@ def create_app(
         )
         app[REPLICA_WAIT] = ReplicaWait(
             redis, settings.redis_wait_replicas, settings.redis_wait_timeout_ms
+        )
+        app[ADMISSION] = Admission(
+            settings,
+            queue,
+            app[STORAGE],
+            app[QUOTAS],
+            app[RESULT_CACHE],
+            app[TENANT_POLICIES],
+            app[REPLICA_WAIT],
+            app[METRICS].submissions,
         )
         sampler = asyncio.create_task(_sample_queues(queue_metrics, queue))
         yield

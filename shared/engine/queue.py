@@ -25,10 +25,11 @@ from splatq.shared.engine.events import EventType
 from splatq.shared.engine.fairness import TenantPolicy, fairness_of, home_partition
 from splatq.shared.engine.ids import is_job_id, new_event_id, new_job_id, new_trace_id, partition_of
 from splatq.shared.engine.jobs import JOB_FORMAT_VERSION, JobRecord, JobSpec, pairs_to_dict
-from splatq.shared.engine.keys import STREAMS, KeySchema, StreamName, replay_key
+from splatq.shared.engine.keys import STREAMS, KeySchema, StreamName
 from splatq.shared.engine.scripts import Arg, Script, ScriptCall, ScriptRunner, new_request_id
 from splatq.shared.engine.stages import FIRST_STAGE, PipelineStage, next_stage
 from splatq.shared.redis.client import is_transient_reply
+from splatq.shared.redis.replay import replay_key
 from splatq.shared.settings import Settings
 
 # Parking consumer for released entries: they stay pending (keeping their place) until a

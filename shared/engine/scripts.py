@@ -32,8 +32,8 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import DataError, NoScriptError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from splatq.shared.engine.keys import replay_key
 from splatq.shared.engine.states import lua_transition_table
+from splatq.shared.redis.replay import replay_key
 
 Arg = str | int | float | bytes
 ARG_TYPES = frozenset({str, int, float, bytes})

@@ -26,7 +26,19 @@ from redis.exceptions import ResponseError
 from splatq.shared.engine import events
 from splatq.shared.engine.cpu_priority import ClassExecutors, ThreadSetup
 from splatq.shared.engine.entries import UNKNOWN_JOB, entry_problem
-from splatq.shared.engine.errors import (
+from splatq.shared.engine.events import EventType
+from splatq.shared.engine.fleet import REDIS_ERRORS, FleetMember, new_consumer_name
+from splatq.shared.engine.jobs import JobOutcome, JobRecord, StageDone
+from splatq.shared.engine.keys import STREAMS, StreamName
+from splatq.shared.engine.metering import METER_PREFIX, WHOLE_JOB_UNIT
+from splatq.shared.engine.metrics import EngineMetrics
+from splatq.shared.engine.queue import RENEW_UNKNOWN, Advance, Finish, JobQueue, StreamEntry
+from splatq.shared.engine.reaper import Reaper
+from splatq.shared.engine.retries import decide_retry
+from splatq.shared.engine.slots import SlotPool
+from splatq.shared.engine.stages import PIPELINE, StageRecord, StageStatus, next_stage
+from splatq.shared.engine.worker_classes import parse_class_list
+from splatq.shared.errors import (
     CORRUPT_JOB_RECORD,
     INVALID_OUTCOME,
     TIMEOUT,
@@ -38,18 +50,6 @@ from splatq.shared.engine.errors import (
     TransientError,
     classify,
 )
-from splatq.shared.engine.events import EventType
-from splatq.shared.engine.fleet import REDIS_ERRORS, FleetMember, new_consumer_name
-from splatq.shared.engine.jobs import JobOutcome, JobRecord, StageDone
-from splatq.shared.engine.keys import STREAMS, StreamName
-from splatq.shared.engine.metering import METER_PREFIX, WHOLE_JOB_UNIT
-from splatq.shared.engine.queue import RENEW_UNKNOWN, Advance, Finish, JobQueue, StreamEntry
-from splatq.shared.engine.reaper import Reaper
-from splatq.shared.engine.retries import decide_retry
-from splatq.shared.engine.slots import SlotPool
-from splatq.shared.engine.stages import PIPELINE, StageRecord, StageStatus, next_stage
-from splatq.shared.engine.worker_classes import parse_class_list
-from splatq.shared.metrics import EngineMetrics
 from splatq.shared.redis.client import error_reply_kind, is_transient_reply
 from splatq.shared.settings import Settings
 

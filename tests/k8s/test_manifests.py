@@ -35,10 +35,10 @@ from splatq.services.gpu_worker.remote.metrics import UpstreamMetrics
 from splatq.services.stack import ALL_WORKERS, WORKER_STAGES
 from splatq.services.webhook_dispatcher.metrics import DispatcherMetrics
 from splatq.shared.engine.keys import STREAMS, StreamName
+from splatq.shared.engine.metrics import EngineMetrics, register_build_info
 from splatq.shared.engine.stages import ALL_STAGES, DEVICE_STAGES, PIPELINE, parse_stage_list
 from splatq.shared.engine.worker_classes import parse_class_list
 from splatq.shared.maintenance.metrics import RedriverMetrics
-from splatq.shared.metrics import EngineMetrics, register_build_info
 from splatq.shared.settings import Settings, declared_variables
 
 REPO_ROOT = Path(__file__).resolve().parents[2]

@@ -7,9 +7,9 @@ from __future__ import annotations
 import pytest
 from prometheus_client import CollectorRegistry
 
+from splatq.shared.engine.metrics import EngineMetrics, QueueMetrics
 from splatq.shared.engine.queue import JobQueue
 from splatq.shared.engine.stages import PipelineStage
-from splatq.shared.metrics import EngineMetrics, QueueMetrics
 from splatq.shared.redis.server import RedisServer
 from tests.conftest import WorkerFactory, engine_settings, spec, wait_for_status, wait_until
 
