@@ -34,7 +34,8 @@ from splatq.services.gateway.tenant_policies import TenantPolicies
 from splatq.shared.engine.fairness import TenantPolicy
 from splatq.shared.engine.jobs import QUALITY_STREAMS, JobRecord, JobSpec
 from splatq.shared.engine.keys import StreamName
-from splatq.shared.engine.queue import EnqueueResult, JobQueue
+from splatq.shared.engine.producers import Producers
+from splatq.shared.engine.queue_types import EnqueueResult
 from splatq.shared.redis.replica_wait import ReplicaWait
 from splatq.shared.redis.retry import while_refused
 from splatq.shared.settings import Settings
@@ -105,7 +106,7 @@ class Admission:
     """What admission needs, handed over once (the gateway app builds it)."""
 
     settings: Settings
-    queue: JobQueue
+    queue: Producers  # the job store's producer role (a JobQueue is one too)
     storage: Storage
     quotas: QuotaBook
     cache: ResultCache

@@ -19,7 +19,7 @@ from splatq.shared.tenants.quota import Usage
 
 
 def estimate_ms(table: Mapping[str, int], quality: str, progressive: bool = False) -> int:
-    """The GPU time a job is reserved (SPLATQ_QUOTA_ESTIMATES_MS: `table`): its quality's
+    """The GPU time a job is reserved (SPLATQ_QUOTA_ESTIMATE_S, in ms: `table`): its quality's
     estimate, plus a preview job's for a progressive full job (its quick pass is a
     preview-resolution job's work)."""
     amount = table.get(quality, max(table.values(), default=0))

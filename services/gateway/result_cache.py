@@ -31,7 +31,7 @@ from splatq.shared.engine.claims import Claim, answering, claim_partitions, pars
 from splatq.shared.engine.fairness import TenantPolicy
 from splatq.shared.engine.jobs import JobRecord
 from splatq.shared.engine.keys import KeySchema
-from splatq.shared.engine.queue import JobQueue
+from splatq.shared.engine.producers import Producers
 from splatq.shared.engine.states import TERMINAL
 from splatq.shared.settings import Settings
 from splatq.shared.vendor.config import load_vendor_config
@@ -144,14 +144,14 @@ class ResultCache:
         log.info("cache.purged", version=version, generation=generation)
         return generation
 
-    async def _completed(self, queue: JobQueue, job_id: str, tenant: str) -> JobRecord | None:
+    async def _completed(self, queue: Producers, job_id: str, tenant: str) -> JobRecord | None:
         job = await queue.get(job_id) if job_id else None
         if job is None or job.tenant != tenant:
             return None
         return job
 
     async def lookup(
-        self, queue: JobQueue, tenant: str, content_key: str, policy: TenantPolicy
+        self, queue: Producers, tenant: str, content_key: str, policy: TenantPolicy
     ) -> Lookup:
         """What the cache holds for a content key (see the module docstring)."""
         answer = await self._lookup(queue, tenant, content_key, policy)
@@ -160,7 +160,7 @@ class ResultCache:
 
     @staticmethod
     async def _entry_and_claim(
-        queue: JobQueue, entry_key: str, tenant: str, content_key: str, policy: TenantPolicy
+        queue: Producers, entry_key: str, tenant: str, content_key: str, policy: TenantPolicy
     ) -> tuple[object, Claim | None]:
         """The entry and the claim answering for `content_key`: one `MGET` of the entry and
         the key's own-partition claim (same slot), plus, for a tenant whose home partition is
@@ -180,7 +180,7 @@ class ResultCache:
         return raw, answering(found, queue.route(tenant, content_key, policy))
 
     async def _lookup(
-        self, queue: JobQueue, tenant: str, content_key: str, policy: TenantPolicy
+        self, queue: Producers, tenant: str, content_key: str, policy: TenantPolicy
     ) -> Lookup:
         entry_key = self.keys.entry(queue.keys, content_key)
         # The entry answers a repeat, the content claim a first completion (or a job still

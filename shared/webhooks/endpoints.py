@@ -17,8 +17,8 @@ from typing import Any
 
 import orjson
 
+from splatq.shared.engine.backend import Backend, Role
 from splatq.shared.engine.ids import ulid
-from splatq.shared.engine.queue import JobQueue
 from splatq.shared.engine.scripts import Arg, Script, ScriptCall
 from splatq.shared.webhooks.headers import decode_headers, encode_headers
 from splatq.shared.webhooks.signing import generate_secret
@@ -125,11 +125,13 @@ class EndpointLimitReached(Exception):
 
 
 class EndpointStore:
-    def __init__(self, queue: JobQueue) -> None:
-        self.queue = queue
-        self.redis = queue.redis
-        self.keys = queue.keys
-        self.settings = queue.settings
+    def __init__(self, store: Backend | Role) -> None:
+        """Over the job store's backend (any role of it will do: its backend is taken)."""
+        backend = store if isinstance(store, Backend) else store.backend
+        self.scripts = backend.scripts
+        self.redis = backend.redis
+        self.keys = backend.keys
+        self.settings = backend.settings
 
     # -- management (the API) -------------------------------------------------------------
 
@@ -267,7 +269,7 @@ class EndpointStore:
         for entry_id, message_id in entries:
             keys.extend((self.keys.webhook_message(partition, message_id), index))
             args.extend((entry_id, message_id))
-        reply = await self.queue.scripts.run(ScriptCall(Script.WH_REDRIVE, keys, args))
+        reply = await self.scripts.run(ScriptCall(Script.WH_REDRIVE, keys, args))
         if isinstance(reply, Exception):
             raise reply
         return int(reply[0]), int(reply[1]), int(reply[2])
@@ -360,7 +362,7 @@ class EndpointStore:
     ) -> Any:
         endpoint_key = self.keys.webhook_endpoint(tenant, endpoint_id)
         keys = [self.keys.webhook_endpoints(tenant), endpoint_key] if with_index else [endpoint_key]
-        reply = await self.queue.scripts.run(ScriptCall(script, keys, args))
+        reply = await self.scripts.run(ScriptCall(script, keys, args))
         if isinstance(reply, Exception):
             raise reply
         return reply

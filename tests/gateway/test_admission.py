@@ -19,6 +19,7 @@ from splatq.services.gateway.result_cache import ResultCache
 from splatq.services.gateway.submission import Params, Submission
 from splatq.services.gateway.tenant_policies import TenantPolicies
 from splatq.shared.engine.fairness import fairness_of
+from splatq.shared.engine.producers import Producers
 from splatq.shared.engine.queue import JobQueue
 from splatq.shared.redis.replica_wait import ReplicaWait
 from splatq.shared.settings import Settings
@@ -33,7 +34,7 @@ def _admission(redis: Redis, queue: JobQueue, settings: Settings, root: Path) ->
     metrics = GatewayMetrics.create(CollectorRegistry())
     return Admission(
         settings,
-        queue,
+        Producers(queue.backend),  # the producer role alone: no JobQueue needed
         LocalFileStorage(root),
         QuotaBook(redis),
         ResultCache(settings, metrics.cache_lookups),
