@@ -31,9 +31,9 @@ from splatq.services.tenant_cli import COMMANDS as TENANT_COMMANDS
 from splatq.services.tenant_cli import add_commands as add_tenant_commands
 from splatq.services.tenant_cli import run_tenant_command
 from splatq.shared import __version__
+from splatq.shared.engine.job_context import load_handler_factory
 from splatq.shared.engine.keys import STREAMS, StreamName
 from splatq.shared.engine.stages import PipelineStage, parse_stage_list
-from splatq.shared.engine.worker import load_handler_factory
 from splatq.shared.engine.worker_classes import parse_class_list
 from splatq.shared.settings import Settings, SettingsError
 

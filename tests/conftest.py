@@ -12,9 +12,10 @@ from typing import TYPE_CHECKING, Any
 import pytest
 from redis.asyncio import Redis
 
+from splatq.shared.engine.job_context import JobHandler
 from splatq.shared.engine.jobs import JobRecord, JobSpec
 from splatq.shared.engine.queue import JobQueue
-from splatq.shared.engine.worker import JobHandler, Worker
+from splatq.shared.engine.worker import Worker
 from splatq.shared.redis.client import connect
 from splatq.shared.redis.server import RedisServer
 from splatq.shared.settings import Settings

@@ -61,11 +61,11 @@ from splatq.shared.engine.intermediates import (
     StageWork,
     facts_int,
 )
+from splatq.shared.engine.job_context import JobContext, JobHandler
 from splatq.shared.engine.jobs import JobOutcome, StageDone
 from splatq.shared.engine.keys import StreamName
 from splatq.shared.engine.metering import quick_unit, total_ms
 from splatq.shared.engine.stages import PipelineStage, StageRecord, stage_digest
-from splatq.shared.engine.worker import JobContext, JobHandler
 from splatq.shared.errors import (
     Deferred,
     JobCanceled,

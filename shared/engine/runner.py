@@ -14,12 +14,13 @@ import structlog
 
 from splatq.shared import tracing
 from splatq.shared.engine.backlog import read_backlog
+from splatq.shared.engine.job_context import HandlerFactory, JobContext, JobHandler
 from splatq.shared.engine.jobs import JobOutcome, StageDone
 from splatq.shared.engine.memory import configure_worker_memory
 from splatq.shared.engine.metrics import EngineMetrics, register_build_info
 from splatq.shared.engine.queue import JobQueue
 from splatq.shared.engine.replicated_queue import open_queue
-from splatq.shared.engine.worker import HandlerFactory, JobContext, JobHandler, Worker
+from splatq.shared.engine.worker import Worker
 from splatq.shared.engine.worker_classes import lower_if_synthesis_only
 from splatq.shared.liveness import health_endpoint
 from splatq.shared.logs import configure_logging

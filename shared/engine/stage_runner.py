@@ -20,12 +20,13 @@ import structlog
 from splatq.shared import tracing
 from splatq.shared.engine.cleanup import CleanupWorker
 from splatq.shared.engine.fleet import FleetMember
+from splatq.shared.engine.job_context import JobHandler
 from splatq.shared.engine.memory import configure_worker_memory
 from splatq.shared.engine.metrics import EngineMetrics, register_build_info
 from splatq.shared.engine.replicated_queue import open_queue
 from splatq.shared.engine.runner import traced
 from splatq.shared.engine.stages import PIPELINE, PipelineStage
-from splatq.shared.engine.worker import JobHandler, Worker
+from splatq.shared.engine.worker import Worker
 from splatq.shared.engine.worker_classes import lower_if_synthesis_only
 from splatq.shared.liveness import health_endpoint
 from splatq.shared.logs import configure_logging

@@ -8,10 +8,10 @@ import orjson
 from redis.asyncio import Redis
 
 from splatq.shared.engine.ids import partition_of
+from splatq.shared.engine.job_context import JobContext
 from splatq.shared.engine.jobs import JobOutcome
 from splatq.shared.engine.queue import JobQueue
 from splatq.shared.engine.scripts import Script, ScriptCall
-from splatq.shared.engine.worker import JobContext
 from splatq.shared.errors import Deferred, LeaseLost
 from tests.conftest import WorkerFactory, spec, wait_for_status
 

@@ -25,7 +25,7 @@ from redis.asyncio import Redis
 
 from splatq.services.gpu_worker.remote.client import Answer, VendorClient
 from splatq.services.gpu_worker.remote.metrics import UpstreamMetrics
-from splatq.shared.engine.worker import JobContext
+from splatq.shared.engine.job_context import JobContext
 from splatq.shared.errors import (
     Deferred,
     JobCanceled,
