@@ -7,8 +7,9 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-from splatq.shared.engine.scripts import Script, ScriptCall, ScriptRunner
+from splatq.shared.engine.scripts import ScriptCall, ScriptRunner
 from splatq.shared.maintenance.keys import MaintenanceKeys
+from splatq.shared.maintenance.scripts import MaintenanceScript
 
 HISTORY_MAXLEN = 200
 FAILURE_BACKOFF_MS = 30_000
@@ -71,6 +72,7 @@ class TaskStore:
     def __init__(self, redis: Any, scripts: ScriptRunner, keys: MaintenanceKeys) -> None:
         self.redis = redis
         self.scripts = scripts
+        scripts.register(MaintenanceScript)
         self.keys = keys
 
     async def claim(
@@ -78,7 +80,7 @@ class TaskStore:
     ) -> Claim | Refusal:
         reply = await self.scripts.run(
             ScriptCall(
-                Script.TASK_CLAIM,
+                MaintenanceScript.TASK_CLAIM,
                 [self.keys.task_lock(task), self.keys.task_state(task)],
                 [holder, ttl_ms, slot_ms, trigger.value],
             ),
@@ -93,7 +95,7 @@ class TaskStore:
         """Keep the lock (and save `checkpoint`); False when the run was taken over."""
         reply = await self.scripts.run(
             ScriptCall(
-                Script.TASK_RENEW,
+                MaintenanceScript.TASK_RENEW,
                 [self.keys.task_lock(claim.task), self.keys.task_state(claim.task)],
                 [
                     claim.token,
@@ -111,7 +113,7 @@ class TaskStore:
     async def finish(self, claim: Claim, outcome: Outcome, summary: str) -> bool:
         reply = await self.scripts.run(
             ScriptCall(
-                Script.TASK_FINISH,
+                MaintenanceScript.TASK_FINISH,
                 [
                     self.keys.task_lock(claim.task),
                     self.keys.task_state(claim.task),

@@ -18,9 +18,10 @@ from splatq.shared.engine.backend import Backend, Role
 from splatq.shared.engine.ids import is_job_id, new_event_id
 from splatq.shared.engine.jobs import pairs_to_dict
 from splatq.shared.engine.queue_types import DeadLetter, parse_dead_letter_id
-from splatq.shared.engine.scripts import Arg, Script, ScriptCall
+from splatq.shared.engine.scripts import Arg, ScriptCall
 from splatq.shared.redis.client import is_transient_reply
 from splatq.shared.webhooks.endpoints import EndpointStore, Health
+from splatq.shared.webhooks.scripts import WebhookScript
 from splatq.shared.webhooks.signing import generate_secret
 
 DISPATCHER_GROUP = "dispatcher"
@@ -91,6 +92,7 @@ class WebhookStore:
         """Over the job store's backend (any role of it will do: its backend is taken)."""
         backend = store if isinstance(store, Backend) else store.backend
         self.scripts = backend.scripts
+        self.scripts.register(WebhookScript)
         self.redis = backend.redis
         self.keys = backend.keys
         self.settings = backend.settings
@@ -164,7 +166,7 @@ class WebhookStore:
         ]
         overlap_ms = self.settings.webhook_rotation_overlap_s * 1000
         reply = await self.scripts.run(
-            ScriptCall(Script.WH_SECRET_ROTATE, keys, [generate_secret(), overlap_ms])
+            ScriptCall(WebhookScript.WH_SECRET_ROTATE, keys, [generate_secret(), overlap_ms])
         )
         if isinstance(reply, Exception):
             raise reply
@@ -188,7 +190,7 @@ class WebhookStore:
                 keys.append(self.keys.webhook_message(partition, m["id"]))
                 args.append(m["id"])
                 args.extend(m[name] for name in MESSAGE_FIELDS)
-            calls.append(ScriptCall(Script.WH_FANOUT, keys, args))
+            calls.append(ScriptCall(WebhookScript.WH_FANOUT, keys, args))
         created = 0
         for reply in await self.scripts.run_many(calls):
             if isinstance(reply, Exception):
@@ -227,7 +229,7 @@ class WebhookStore:
     ) -> list[Message]:
         calls = [
             ScriptCall(
-                Script.WH_CLAIM,
+                WebhookScript.WH_CLAIM,
                 [self.keys.webhook_due(partition), self.keys.webhook_message(partition, mid)],
                 [mid, visibility_ms],
             )
@@ -268,7 +270,7 @@ class WebhookStore:
             job_log = (self.keys.job_deliveries(r.message.job_id) if of_job
                        else self.keys.webhook_message(p, r.message.id))  # fmt: skip
             calls.append(ScriptCall(
-                Script.WH_RESULT,
+                WebhookScript.WH_RESULT,
                 [self.keys.webhook_due(p), self.keys.webhook_message(p, r.message.id),
                  job_log, self.keys.webhook_dead_letters(p),
                  self.keys.webhook_dead_letter_index(p, r.message.tenant, r.message.target)],
