@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
+from splatq.shared.engine.queue_types import raise_on_error
 from splatq.shared.engine.scripts import ScriptCall, ScriptRunner
 from splatq.shared.maintenance.keys import MaintenanceKeys
 from splatq.shared.maintenance.scripts import MaintenanceScript
@@ -86,7 +87,7 @@ class TaskStore:
             ),
             resend_for_s=5.0,
         )
-        _raise_on_error(reply)
+        raise_on_error(reply)
         if reply[0] != "claimed":
             return Refusal(str(reply[0]), str(reply[1]))
         return Claim(task, str(reply[1]), str(reply[2]), str(reply[3]), reply[4] == "1")
@@ -107,7 +108,7 @@ class TaskStore:
             ),
             resend_for_s=5.0,
         )
-        _raise_on_error(reply)
+        raise_on_error(reply)
         return bool(int(reply))
 
     async def finish(self, claim: Claim, outcome: Outcome, summary: str) -> bool:
@@ -130,7 +131,7 @@ class TaskStore:
             ),
             resend_for_s=5.0,
         )
-        _raise_on_error(reply)
+        raise_on_error(reply)
         return bool(reply[0] == "ok")
 
     async def state(self, task: str) -> TaskState:
@@ -140,8 +141,3 @@ class TaskStore:
         """The latest runs, newest first."""
         entries = await self.redis.xrevrange(self.keys.task_history(task), count=count)
         return [{"id": str(eid), **dict(fields)} for eid, fields in entries]
-
-
-def _raise_on_error(reply: Any) -> None:
-    if isinstance(reply, Exception):
-        raise reply
