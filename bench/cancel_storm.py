@@ -28,10 +28,10 @@ from pathlib import Path
 
 from redis.asyncio import Redis
 
+from splatq.shared.engine.job_context import JobContext, JobHandler
 from splatq.shared.engine.jobs import JobOutcome, JobSpec
 from splatq.shared.engine.keys import StreamName
 from splatq.shared.engine.queue import JobQueue
-from splatq.shared.engine.worker import JobContext, JobHandler
 from splatq.shared.redis.client import connect
 from splatq.shared.redis.server import RedisServer
 from splatq.shared.settings import Settings

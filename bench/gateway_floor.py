@@ -41,7 +41,7 @@ import asyncio, hashlib, os, sys
 from pathlib import Path
 import orjson
 from aiohttp import web
-from splatq.shared.engine.group_commit import GroupCommitWriter
+from splatq.shared.storage.group_commit import GroupCommitWriter
 from splatq.shared.redis.client import connect
 from splatq.shared.storage.files import write_if_absent
 

@@ -37,8 +37,8 @@ from redis.asyncio import Redis
 from splatq.services.gpu_worker.handler import GpuJobHandler
 from splatq.services.gpu_worker.metrics import GpuMetrics
 from splatq.services.gpu_worker.remote.backend import RemoteModel
+from splatq.shared.engine.job_context import JobHandler
 from splatq.shared.engine.queue import JobQueue
-from splatq.shared.engine.worker import JobHandler
 from splatq.shared.redis.client import connect
 from splatq.shared.redis.server import RedisServer
 from splatq.shared.settings import Settings

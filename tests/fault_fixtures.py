@@ -11,7 +11,7 @@ import pytest
 from redis.asyncio import Redis
 
 from splatq.shared.engine.queue import JobQueue
-from splatq.shared.engine.scripts import Script
+from splatq.shared.engine.scripts import LuaScript
 from splatq.shared.redis.client import connect
 from splatq.shared.redis.server import RedisServer
 from splatq.shared.settings import Settings
@@ -45,6 +45,6 @@ async def own_server(tmp_path: Path) -> AsyncIterator[RedisServer]:
         yield server
 
 
-def sha(queue: JobQueue, script: Script) -> bytes:
+def sha(queue: JobQueue, script: LuaScript) -> bytes:
     """The SHA1 of a loaded script: the byte pattern that names it in an EVALSHA."""
-    return queue.scripts._shas[script].encode()
+    return queue.scripts.sha(script).encode()

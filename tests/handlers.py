@@ -16,9 +16,9 @@ from typing import Any
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from splatq.shared.engine.errors import PermanentError, TransientError
+from splatq.shared.engine.job_context import JobContext, JobHandler
 from splatq.shared.engine.jobs import JobOutcome
-from splatq.shared.engine.worker import JobContext, JobHandler
+from splatq.shared.errors import PermanentError, TransientError
 from splatq.shared.settings import Settings
 from splatq.shared.storage.store import (
     ARTIFACT_FILES,

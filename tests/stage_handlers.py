@@ -30,13 +30,13 @@ import os
 import signal
 from typing import Any
 
-from splatq.shared.engine.errors import PermanentError, TransientError
+from splatq.shared.engine.intermediates import IntermediateStore
+from splatq.shared.engine.job_context import JobContext, JobHandler
 from splatq.shared.engine.jobs import JobOutcome, StageDone
 from splatq.shared.engine.metering import total_ms
 from splatq.shared.engine.stages import PipelineStage, stage_digest
-from splatq.shared.engine.worker import JobContext, JobHandler
+from splatq.shared.errors import PermanentError, TransientError
 from splatq.shared.settings import Settings
-from splatq.shared.storage.intermediates import IntermediateStore
 from splatq.shared.storage.store import Storage, open_storage
 
 UPSTREAM = {

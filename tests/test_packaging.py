@@ -38,8 +38,11 @@ def test_every_package_folder_is_installed_under_the_splatq_namespace() -> None:
 
 def test_package_data_names_the_lua_scripts_and_the_bundled_sample() -> None:
     data = _pyproject()["tool"]["setuptools"]["package-data"]
-    assert "lua/*.lua" in data["splatq.shared.engine"]
-    assert list((ROOT / "shared" / "engine" / "lua").glob("*.lua"))
+    lua_dirs = sorted(path.parent for path in (ROOT / "shared").rglob("lua/*.lua"))
+    for lua_dir in lua_dirs:  # every package that owns scripts ships them
+        package = "splatq." + ".".join(lua_dir.parent.relative_to(ROOT).parts)
+        assert "lua/*.lua" in data[package], package
+    assert ROOT / "shared" / "engine" / "lua" in lua_dirs
     assert "samples/*.png" in data["splatq.services.gpu_worker"]
     assert (ROOT / "services" / "gpu_worker" / "samples" / "sample.png").is_file()
 
@@ -131,9 +134,11 @@ def test_the_wheel_ships_types_license_data_and_light_metadata(wheel: Path) -> N
     shipped = {n.removeprefix("splatq/services/gateway/console_assets/") for n in names}
     assert set(assets) <= shipped  # the web console needs no build step: its files are here
     assert any(n.endswith(".dist-info/licenses/LICENSE") for n in names)
-    assert len([n for n in names if n.startswith("splatq/shared/engine/lua/")]) == len(
-        list((ROOT / "shared" / "engine" / "lua").glob("*.lua"))
+    shipped_lua = sorted(n for n in names if n.endswith(".lua"))
+    on_disk_lua = sorted(
+        "splatq/" + p.relative_to(ROOT).as_posix() for p in (ROOT / "shared").rglob("lua/*.lua")
     )
+    assert shipped_lua == on_disk_lua
     assert meta["License-Expression"] == "Apache-2.0"
     requires = meta.get_all("Requires-Dist") or []
     torch = [r for r in requires if r.startswith("torch")]

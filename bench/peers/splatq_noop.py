@@ -11,10 +11,10 @@ import asyncio
 import sys
 from importlib.metadata import version
 
+from splatq.shared.engine.job_context import JobContext, JobHandler
 from splatq.shared.engine.jobs import JobOutcome, JobSpec
 from splatq.shared.engine.keys import STREAMS
 from splatq.shared.engine.queue import JobQueue
-from splatq.shared.engine.worker import JobContext, JobHandler
 from splatq.shared.redis.client import connect
 from splatq.shared.settings import Settings
 

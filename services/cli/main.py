@@ -31,9 +31,9 @@ from splatq.services.stack import (
     run_stack,
 )
 from splatq.shared import __version__
+from splatq.shared.engine.job_context import load_handler_factory
 from splatq.shared.engine.keys import STREAMS, StreamName
 from splatq.shared.engine.stages import PipelineStage, parse_stage_list
-from splatq.shared.engine.worker import load_handler_factory
 from splatq.shared.engine.worker_classes import parse_class_list
 from splatq.shared.settings import Settings, SettingsError
 
@@ -181,7 +181,7 @@ def _up(args: argparse.Namespace, settings: Settings) -> int:
 
 def _demo(args: argparse.Namespace, settings: Settings) -> int:
     try:  # torch import is slow: only here
-        from splatq.services.gpu_worker.demo import run_demo  # noqa: PLC0415
+        from splatq.services.demo import run_demo  # noqa: PLC0415
     except ImportError as exc:
         print(f"splatq demo: {exc}; install the worker extra: pip install 'splatq[worker]'",
               file=sys.stderr)  # fmt: skip

@@ -17,6 +17,7 @@ from typing import Any
 import orjson
 
 from splatq.services.dlq_redriver.service import Redriver, build_scheduler
+from splatq.shared.engine.metrics import register_build_info
 from splatq.shared.engine.queue import JobQueue
 from splatq.shared.liveness import health_endpoint
 from splatq.shared.logs import configure_logging
@@ -31,7 +32,6 @@ from splatq.shared.maintenance.metrics import RedriverMetrics
 from splatq.shared.maintenance.store import Refusal
 from splatq.shared.maintenance.sweep import KINDS, RedriveSweep
 from splatq.shared.maintenance.tasks import redrive_sweep
-from splatq.shared.metrics import register_build_info
 from splatq.shared.redis.client import connect
 from splatq.shared.settings import Settings, SettingsError
 

@@ -12,8 +12,8 @@ from splatq.services.gateway import listeners
 from splatq.services.gateway.app import create_app
 from splatq.services.gateway.server import GatewayRunner
 from splatq.shared import tracing
+from splatq.shared.engine.metrics import package_version
 from splatq.shared.logs import configure_logging
-from splatq.shared.metrics import package_version
 from splatq.shared.settings import Settings
 
 log = structlog.get_logger("splatq.gateway")

@@ -16,7 +16,7 @@ import orjson
 from aiohttp import web
 
 from splatq.services.gateway import tenant_listing
-from splatq.services.gateway.app import QUOTAS, SETTINGS, TENANTS
+from splatq.services.gateway.appkeys import QUOTAS, SETTINGS, TENANTS
 from splatq.services.gateway.auth import authenticate_admin
 from splatq.services.gateway.endpoints import _check_fields, _json_body
 from splatq.services.gateway.problems import ApiError, invalid_request, not_found

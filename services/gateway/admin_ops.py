@@ -11,7 +11,7 @@ from typing import Any
 import orjson
 from aiohttp import web
 
-from splatq.services.gateway.app import QUEUE, SETTINGS
+from splatq.services.gateway.appkeys import QUEUE, SETTINGS
 from splatq.services.gateway.auth import authenticate_admin
 from splatq.services.gateway.endpoints import _check_fields, _json_body
 from splatq.services.gateway.ops_stats import read_stats

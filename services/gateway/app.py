@@ -32,20 +32,38 @@ from redis.exceptions import (
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from splatq.services.gateway import image_fetch, listeners, result_cache, server
-from splatq.services.gateway.auth import KEY_RESOLVER, KeyResolver
+from splatq.services.gateway import image_fetch, listeners, result_cache, routes, server
+from splatq.services.gateway.admission import Admission
+from splatq.services.gateway.appkeys import (
+    ADMISSION,
+    DECODE_LIMITS,
+    DECODE_SLOTS,
+    METRICS,
+    QUEUE,
+    QUOTAS,
+    REGISTRY_KEY,
+    REPLICA_WAIT,
+    SETTINGS,
+    SSE_QUEUE,
+    STORAGE,
+    STREAM_CAPS,
+    TENANTS,
+    TRACE_ID,
+)
+from splatq.services.gateway.auth import KEY_RESOLVER, KeyResolver, authenticate_admin
 from splatq.services.gateway.auth_throttle import ADMIN_THROTTLE, FailureThrottle
 from splatq.services.gateway.decode_slots import DecodeSlots
 from splatq.services.gateway.images import decode_limits
 from splatq.services.gateway.metrics import GatewayMetrics, method_label
 from splatq.services.gateway.problems import ApiError, problem_response
+from splatq.services.gateway.result_cache import RESULT_CACHE
 from splatq.services.gateway.stream_caps import StreamCaps
 from splatq.services.gateway.tenant_policies import TENANT_POLICIES, TenantPolicies
 from splatq.shared import tracing
+from splatq.shared.engine.fairness import fairness_of
 from splatq.shared.engine.ids import new_trace_id
+from splatq.shared.engine.metrics import QueueMetrics, register_build_info
 from splatq.shared.engine.queue import JobQueue
-from splatq.shared.images.headers import DecodeLimits
-from splatq.shared.metrics import QueueMetrics, register_build_info
 from splatq.shared.redis.client import connect
 from splatq.shared.redis.replica_wait import ReplicaWait
 from splatq.shared.settings import Settings
@@ -55,21 +73,6 @@ from splatq.shared.tenants.store import TenantStore
 
 log = structlog.get_logger("splatq.gateway")
 
-SETTINGS = web.AppKey("settings", Settings)
-QUEUE = web.AppKey("queue", JobQueue)
-# The same engine API on the SSE pool: blocking reads only (see redis_ctx).
-SSE_QUEUE = web.AppKey("sse_queue", JobQueue)
-# WAIT after an accepted job (SPLATQ_REDIS_WAIT_REPLICAS; disabled when 0).
-REPLICA_WAIT = web.AppKey("replica_wait", ReplicaWait)
-STREAM_CAPS = web.AppKey("stream_caps", StreamCaps)
-STORAGE = web.AppKey("storage", Storage)
-METRICS = web.AppKey("metrics", GatewayMetrics)
-REGISTRY_KEY = web.AppKey("registry", CollectorRegistry)
-DECODE_SLOTS = web.AppKey("decode_slots", DecodeSlots)
-DECODE_LIMITS = web.AppKey("decode_limits", DecodeLimits)
-TENANTS = web.AppKey("tenants", TenantStore)
-QUOTAS = web.AppKey("quotas", QuotaBook)
-TRACE_ID = web.RequestKey("trace_id", str)
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 _TRACEPARENT_LEN = 55
@@ -120,9 +123,43 @@ def _trace_id(request: web.Request) -> str:
     return new_trace_id()
 
 
+def _error_for(request: web.Request, exc: Exception) -> ApiError:
+    """The API error a handler's exception answers as (a redirect is re-raised)."""
+    if isinstance(exc, ApiError):
+        error = exc
+    elif isinstance(exc, web.HTTPRequestEntityTooLarge):
+        error = ApiError(413, "payload_too_large", "request too large")
+    elif isinstance(exc, web.HTTPNotFound):
+        error = ApiError(404, "not_found", "no such resource")
+    elif isinstance(exc, web.HTTPMethodNotAllowed):
+        error = ApiError(
+            405,
+            "method_not_allowed",
+            f"{request.method} is not allowed here",
+            {"Allow": ",".join(sorted(exc.allowed_methods))},
+        )
+    elif isinstance(exc, web.HTTPException):
+        if exc.status < 400:
+            raise exc  # redirects and the like are not errors
+        error = ApiError(exc.status, "http_error", exc.reason)
+    elif isinstance(exc, UNAVAILABLE_ERRORS):
+        log.warning("http.unavailable", error=type(exc).__name__, detail=str(exc)[:300])
+        error = ApiError(
+            503,
+            "unavailable",
+            "the job store is unreachable; retry later",
+            {"Retry-After": str(UNAVAILABLE_RETRY_AFTER_S)},
+        )
+    else:
+        log.exception("http.unhandled", path=request.path)
+        error = ApiError(500, "internal_error", "unexpected error")
+    return error
+
+
 @web.middleware
 async def observe(request: web.Request, handler: Handler) -> web.StreamResponse:
-    """Request/trace ids on every response and log line; access log; problem+json errors."""
+    """Request/trace ids on every response and log line; access log; problem+json errors; the
+    listener's screen (listeners.screen) before the handler."""
     request_id = _request_id(request)
     trace_id = _trace_id(request)
     request[TRACE_ID] = trace_id
@@ -133,44 +170,17 @@ async def observe(request: web.Request, handler: Handler) -> web.StreamResponse:
     status = 500
     try:
         try:
+            settings = request.app[SETTINGS]
+            if listeners.screen(request, settings):
+                await authenticate_admin(request, settings.admin_api_key)
             response = await handler(request)
-        except ApiError as exc:
-            response = problem_response(exc)
-        except web.HTTPRequestEntityTooLarge:
-            response = problem_response(ApiError(413, "payload_too_large", "request too large"))
-        except web.HTTPNotFound:
-            response = problem_response(ApiError(404, "not_found", "no such resource"))
-        except web.HTTPMethodNotAllowed as exc:
-            response = problem_response(
-                ApiError(
-                    405,
-                    "method_not_allowed",
-                    f"{request.method} is not allowed here",
-                    {"Allow": ",".join(sorted(exc.allowed_methods))},
-                )
-            )
-        except web.HTTPException as exc:
-            if exc.status < 400:
-                raise  # redirects and the like are not errors
-            response = problem_response(ApiError(exc.status, "http_error", exc.reason))
         except (asyncio.CancelledError, ConnectionResetError):
             # The client went away (aiohttp ignores the error once it is re-raised); the
             # request ends here, and that is nobody's fault.
             status = CLIENT_CLOSED_STATUS
             raise
-        except UNAVAILABLE_ERRORS as exc:
-            log.warning("http.unavailable", error=type(exc).__name__, detail=str(exc)[:300])
-            response = problem_response(
-                ApiError(
-                    503,
-                    "unavailable",
-                    "the job store is unreachable; retry later",
-                    {"Retry-After": str(UNAVAILABLE_RETRY_AFTER_S)},
-                )
-            )
-        except Exception:
-            log.exception("http.unhandled", path=request.path)
-            response = problem_response(ApiError(500, "internal_error", "unexpected error"))
+        except Exception as exc:
+            response = problem_response(_error_for(request, exc))
         status = response.status
         if status == 408:
             response.force_close()  # a client too slow to send its request: let it go
@@ -229,13 +239,7 @@ def create_app(
     registry: CollectorRegistry = REGISTRY,
 ) -> web.Application:
     """The gateway application; resources open in `cleanup_ctx` and close with the app."""
-    from splatq.services.gateway import routes  # noqa: PLC0415 - routes import this module's keys
-
-    middlewares: list[Middleware] = [
-        server.track_requests,
-        observe,
-        listeners.middleware(settings),
-    ]
+    middlewares: list[Middleware] = [observe]
     if tracing.enabled():
         middlewares.append(trace_request)
     app = web.Application(
@@ -282,13 +286,26 @@ def create_app(
         app[TENANTS] = TenantStore(redis)
         app[QUOTAS] = QuotaBook(redis)
         app[TENANT_POLICIES] = TenantPolicies(
-            app[TENANTS], settings.fairness, settings.api_key_cache_s, settings.api_key_cache_size
+            app[TENANTS],
+            fairness_of(settings),
+            settings.api_key_cache_s,
+            settings.api_key_cache_size,
         )
         app[KEY_RESOLVER] = KeyResolver(
             settings.api_keys, app[TENANTS], settings.api_key_cache_s, settings.api_key_cache_size
         )
         app[REPLICA_WAIT] = ReplicaWait(
             redis, settings.redis_wait_replicas, settings.redis_wait_timeout_ms
+        )
+        app[ADMISSION] = Admission(
+            settings,
+            queue,
+            app[STORAGE],
+            app[QUOTAS],
+            app[RESULT_CACHE],
+            app[TENANT_POLICIES],
+            app[REPLICA_WAIT],
+            app[METRICS].submissions,
         )
         sampler = asyncio.create_task(_sample_queues(queue_metrics, queue))
         yield

@@ -15,7 +15,7 @@ from urllib.parse import urlsplit
 
 from aiohttp import web
 
-from splatq.services.gateway.app import SETTINGS
+from splatq.services.gateway.appkeys import SETTINGS
 from splatq.services.gateway.problems import not_found
 from splatq.shared.settings import Settings
 

@@ -15,7 +15,7 @@ from typing import Any
 import orjson
 from aiohttp import web
 
-from splatq.services.gateway.app import QUEUE, SETTINGS
+from splatq.services.gateway.appkeys import QUEUE, SETTINGS
 from splatq.services.gateway.auth import authenticate
 from splatq.services.gateway.digits import is_digits
 from splatq.services.gateway.problems import ApiError, invalid_request, not_found

@@ -17,17 +17,13 @@ where Prometheus reaches the pod).
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
 from enum import StrEnum
 
 from aiohttp import web
-from aiohttp.typedefs import Middleware
 
-from splatq.services.gateway.auth import authenticate_admin
 from splatq.services.gateway.problems import not_found
 from splatq.shared.settings import Settings
 
-Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 ADMIN_PREFIX = "/v1/admin"
 METRICS_PATH = "/metrics"
 
@@ -69,21 +65,19 @@ def serves(listener: Listener, path: str, settings: Settings) -> bool:
     return not (settings.admin_port and is_admin_path(path))
 
 
-def middleware(settings: Settings) -> Middleware:
-    """404 for a path the request's listener does not serve, the admin key for /metrics on
-    the public listener (inside `observe`, so each is a problem+json answer, logged and
-    counted like any other)."""
-
-    @web.middleware
-    async def by_listener(request: web.Request, handler: Handler) -> web.StreamResponse:
+def screen(request: web.Request, settings: Settings) -> bool:
+    """404 for a path the request's listener does not serve; True when the request must carry
+    the admin key (/metrics on the public listener). Called by `observe` before the handler,
+    so each refusal is a problem+json answer, logged and counted like any other. Without an
+    admin or metrics listener every request is the public listener's (no socket lookup)."""
+    if settings.admin_port or settings.metrics_port:
         listener = listener_of(local_port(request), settings)
-        if not serves(listener, request.path, settings):
-            raise not_found("resource")
-        if listener is Listener.PUBLIC and request.path == METRICS_PATH:
-            await authenticate_admin(request, settings.admin_api_key)
-        return await handler(request)
-
-    return by_listener
+    else:
+        listener = Listener.PUBLIC
+    path = request.path
+    if not serves(listener, path, settings):
+        raise not_found("resource")
+    return listener is Listener.PUBLIC and path == METRICS_PATH
 
 
 def extra_sites(runner: web.AppRunner, settings: Settings) -> list[web.TCPSite]:

@@ -1,32 +1,27 @@
-"""The gateway's part of the GPU-quota saga: reserve a job's estimated GPU time before the
-job is enqueued (429 `quota_exceeded` with the reset time when the tenant's quota cannot
-hold it), and give it back when the submission did not create the job.
-
-The reservation is made under the job's id before the job exists (`JobQueue.new_job_id`),
-so the settler and the sweeper find it by the job. A submission that dies between the two
-leaves a reservation without a job, which the sweeper releases after its grace.
+"""The gateway's words for the GPU-quota saga: what a job is reserved (`estimate_ms`), the
+gate's answer, the 429 `quota_exceeded` with the reset time, and GET /v1/usage's body. The
+steps themselves run in admission (`admission.Admission._reserve`): the reservation is made
+under the job's id before the job exists (`JobQueue.new_job_id`), so the settler and the
+sweeper find it by the job; a submission that dies between the two leaves a reservation
+without a job, which the sweeper releases after its grace.
 """
 
 from __future__ import annotations
 
 import math
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 
-from aiohttp import web
-
-from splatq.services.gateway.app import METRICS, QUEUE, QUOTAS, SETTINGS
 from splatq.services.gateway.problems import ApiError
 from splatq.services.gateway.views import rfc3339
-from splatq.shared.engine.fairness import TenantPolicy
-from splatq.shared.engine.jobs import JobSpec
-from splatq.shared.tenants.quota import ReleaseReason, Usage
+from splatq.shared.tenants.quota import Usage
 
 
-def estimate_ms(request: web.Request, quality: str, progressive: bool = False) -> int:
-    """The GPU time a job is reserved: its quality's estimate, plus a preview job's for a
-    progressive full job (its quick pass is a preview-resolution job's work)."""
-    table = request.app[SETTINGS].quota_estimates_ms
+def estimate_ms(table: Mapping[str, int], quality: str, progressive: bool = False) -> int:
+    """The GPU time a job is reserved (SPLATQ_QUOTA_ESTIMATE_S, in ms: `table`): its quality's
+    estimate, plus a preview job's for a progressive full job (its quick pass is a
+    preview-resolution job's work)."""
     amount = table.get(quality, max(table.values(), default=0))
     if progressive:
         amount += table.get("preview", 0)
@@ -41,38 +36,6 @@ class Gate:
 
     reserved: bool
     refusal: ApiError | None = None
-
-
-async def reserve(
-    request: web.Request, spec: JobSpec, job_id: str, policy: TenantPolicy | None = None
-) -> Gate:
-    """Reserve the job's estimate, or answer that the submission may only join the job its
-    idempotency key names (the tenant is at its quota but that job exists), else 429
-    `quota_exceeded`."""
-    book = request.app[QUOTAS]
-    await book.note_tenant_once(spec.tenant)
-    amount = estimate_ms(request, spec.quality, spec.params.get("progressive") is True)
-    reservation = await book.reserve(spec.tenant, job_id, amount)
-    if reservation.granted:
-        return Gate(reserved=True)
-    refusal = quota_exceeded(reservation.usage, amount)
-    if spec.idempotency_key:
-        claim = await request.app[QUEUE].claim_status(spec.idempotency_key, policy, spec.tenant)
-        if claim is not None and claim[0] != "FAILED":
-            # Join only: the enqueue script creates nothing if the claim ended meanwhile
-            # (a cancel raced this request), so no job ever runs without a reservation.
-            return Gate(reserved=False, refusal=refusal)
-    refused(request)
-    raise refusal
-
-
-def refused(request: web.Request) -> None:
-    request.app[METRICS].submissions.labels("quota_exceeded").inc()
-
-
-async def release_refused(request: web.Request, tenant: str, job_id: str) -> None:
-    """Compensation: the submission did not create the job (a duplicate, an overload)."""
-    await request.app[QUOTAS].release(tenant, job_id, ReleaseReason.REFUSED)
 
 
 def quota_exceeded(usage: Usage, requested_ms: int) -> ApiError:

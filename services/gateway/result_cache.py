@@ -5,8 +5,9 @@ and a purge generation per version (`POST /v1/admin/cache/purge`).
 
 Where things live: a submission's *content key* (tenant, image, quality, version,
 generation) is the single-flight claim identical submissions share (the engine's idempotency
-claim, as before); the cache *entry* (`splatq:rcache:<digest>`, one string per content key)
-names the job that currently answers for it. A refresh, and a miss past the hard TTL, create
+claim, as before); the cache *entry* (`splatq:{pN}:rcache:<digest>`, one string per content
+key, in the slot of the content key's own claim so that one `MGET` reads both) names the job
+that currently answers for it. A refresh, and a miss past the hard TTL, create
 their job under the *successor key* of the job they replace (`<content key>|refresh:<job>`),
 so concurrent stale hits and misses share one refresh job (its claim); once it completed, the
 next lookup moves the entry onto it (an unconditional SET of the successor: concurrent movers
@@ -26,9 +27,11 @@ from aiohttp import web
 from prometheus_client import Counter
 from redis.asyncio import Redis
 
+from splatq.shared.engine.claims import Claim, answering, claim_partitions, parse_claim
 from splatq.shared.engine.fairness import TenantPolicy
 from splatq.shared.engine.jobs import JobRecord
-from splatq.shared.engine.queue import JobQueue
+from splatq.shared.engine.keys import KeySchema
+from splatq.shared.engine.producers import Producers
 from splatq.shared.engine.states import TERMINAL
 from splatq.shared.settings import Settings
 from splatq.shared.vendor.config import load_vendor_config
@@ -69,10 +72,12 @@ def backend_version(settings: Settings) -> str:
 class CacheKeys:
     prefix: str = "splatq"
 
-    def entry(self, content_key: str) -> str:
-        """STRING: the id of the completed job answering for a content key (no hash tag:
-        entries spread over a cluster's slots; each is one command's key)."""
-        return f"{self.prefix}:rcache:{hashlib.sha256(content_key.encode()).hexdigest()}"
+    def entry(self, keys: KeySchema, content_key: str) -> str:
+        """STRING: the id of the completed job answering for a content key. It carries the
+        hash tag of the content key's own partition, the slot its claim lives in (shared/engine/
+        claims.py), so one `MGET` reads the entry and that claim together on a cluster too."""
+        partition = keys.partition_for(content_key)
+        return f"{keys.tag(partition)}:rcache:{keys.digest(content_key)}"
 
     def generation(self, version: str) -> str:
         """STRING (counter): the purge generation of one version's cache keys."""
@@ -139,29 +144,48 @@ class ResultCache:
         log.info("cache.purged", version=version, generation=generation)
         return generation
 
-    async def _completed(self, queue: JobQueue, job_id: str, tenant: str) -> JobRecord | None:
+    async def _completed(self, queue: Producers, job_id: str, tenant: str) -> JobRecord | None:
         job = await queue.get(job_id) if job_id else None
         if job is None or job.tenant != tenant:
             return None
         return job
 
     async def lookup(
-        self, queue: JobQueue, tenant: str, content_key: str, policy: TenantPolicy
+        self, queue: Producers, tenant: str, content_key: str, policy: TenantPolicy
     ) -> Lookup:
         """What the cache holds for a content key (see the module docstring)."""
         answer = await self._lookup(queue, tenant, content_key, policy)
         self.lookups.labels(answer.state.value).inc()
         return answer
 
+    @staticmethod
+    async def _entry_and_claim(
+        queue: Producers, entry_key: str, tenant: str, content_key: str, policy: TenantPolicy
+    ) -> tuple[object, Claim | None]:
+        """The entry and the claim answering for `content_key`: one `MGET` of the entry and
+        the key's own-partition claim (same slot), plus, for a tenant whose home partition is
+        another one, that claim's `GET` in the same round trip (claim_status's rule)."""
+        keys = queue.keys
+        places = claim_partitions(keys, tenant, content_key)
+        digest = keys.digest(content_key)
+        both = queue.redis.mget(entry_key, keys.idempotency(places[0], digest))
+        if len(places) == 1:
+            raw, own = await both
+            found = {places[0]: parse_claim(own)}
+        else:
+            (raw, own), home = await asyncio.gather(
+                both, queue.redis.get(keys.idempotency(places[1], digest))
+            )
+            found = {places[0]: parse_claim(own), places[1]: parse_claim(home)}
+        return raw, answering(found, queue.route(tenant, content_key, policy))
+
     async def _lookup(
-        self, queue: JobQueue, tenant: str, content_key: str, policy: TenantPolicy
+        self, queue: Producers, tenant: str, content_key: str, policy: TenantPolicy
     ) -> Lookup:
-        entry_key = self.keys.entry(content_key)
-        # Both at once (one round trip of latency): the entry answers a repeat, the content
-        # claim a first completion (or a job still computing, which identical requests join).
-        raw, claim = await asyncio.gather(
-            queue.redis.get(entry_key), queue.claim_status(content_key, policy, tenant)
-        )
+        entry_key = self.keys.entry(queue.keys, content_key)
+        # The entry answers a repeat, the content claim a first completion (or a job still
+        # computing, which identical requests join): both in one command (one slot).
+        raw, claim = await self._entry_and_claim(queue, entry_key, tenant, content_key, policy)
         pointer = str(raw or "")
         job = await self._completed(queue, pointer, tenant)
         if job is None or job.status != "completed":

@@ -22,7 +22,6 @@ keeps a copy.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 from aiohttp import web
@@ -63,45 +62,45 @@ class GatewayRequestHandler(RequestHandler):
     """aiohttp's connection handler, with splatq's headers on the answers it makes itself and
     the header deadline (`header_timeout_s`, 0 = none; set by the server that makes it).
 
-    The deadline is armed at the connection's start and by the first byte that arrives while
-    no request is being handled (`request_started`/`request_finished`, called by the
-    `track_requests` middleware), and disarmed when a request starts. When it fires it acts
-    only if the connection is still waiting for a request's headers; a request being
-    answered, or a body being drained, is never cut."""
+    A request's head is due `header_timeout_s` after its first byte (after the connection's
+    start, for the first request): `_head_since` is when the bytes of a head still incomplete
+    began to arrive, cleared as soon as the parser has a whole head. Past the deadline, a
+    connection still waiting for that head gets a 408 and is closed; a request being
+    answered, a body being drained and an idle keep-alive connection (no byte of a next
+    request yet) are never cut. The check is one timer per connection, re-armed for the
+    current head's own due time when it fires early (a per-request timer, armed and cancelled
+    for every request, cost the gateway's busiest path a timer-heap push and a cancel)."""
 
     header_timeout_s: float = 0.0
     _deadline: asyncio.TimerHandle | None = None
-    _handling: int = 0
+    _head_since: float | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         super().connection_made(transport)
-        self._arm()
+        if self.header_timeout_s > 0:
+            self._head_since = self._loop.time()
+            self._deadline = self._loop.call_at(
+                self._head_since + self.header_timeout_s, self._check_head
+            )
 
     def data_received(self, data: bytes) -> None:
-        if self._deadline is None and not self._handling:
-            self._arm()
         super().data_received(data)
+        if self.header_timeout_s <= 0:
+            return
+        if not self._waiting_for_headers():
+            self._head_since = None  # a whole head arrived (or a request is being handled)
+        elif self._head_since is None:
+            self._head_since = self._loop.time()
+            if self._deadline is None:
+                self._deadline = self._loop.call_at(
+                    self._head_since + self.header_timeout_s, self._check_head
+                )
 
     def connection_lost(self, exc: BaseException | None) -> None:
-        self._disarm()
-        super().connection_lost(exc)
-
-    def request_started(self) -> None:
-        self._handling += 1
-        self._disarm()
-
-    def request_finished(self) -> None:
-        self._handling -= 1
-
-    def _arm(self) -> None:
-        if self.header_timeout_s > 0:
-            loop = asyncio.get_running_loop()
-            self._deadline = loop.call_later(self.header_timeout_s, self._headers_too_slow)
-
-    def _disarm(self) -> None:
         if self._deadline is not None:
             self._deadline.cancel()
             self._deadline = None
+        super().connection_lost(exc)
 
     def _waiting_for_headers(self) -> bool:
         # aiohttp's own test for "idle between requests" (`_process_keepalive`): the request
@@ -109,9 +108,16 @@ class GatewayRequestHandler(RequestHandler):
         waiter = getattr(self, "_waiter", None)
         return waiter is not None and not waiter.done()
 
-    def _headers_too_slow(self) -> None:
+    def _check_head(self) -> None:
         self._deadline = None
-        if self._handling or not self._waiting_for_headers() or self.transport is None:
+        since = self._head_since
+        if since is None:
+            return  # no head pending: the next first byte re-arms
+        due = since + self.header_timeout_s
+        if self._loop.time() < due:
+            self._deadline = self._loop.call_at(due, self._check_head)
+            return
+        if not self._waiting_for_headers() or self.transport is None:
             return
         self.transport.write(problem_bytes(headers_timed_out(self.header_timeout_s)))
         self.force_close()  # closes the transport once the answer is written
@@ -130,22 +136,6 @@ class GatewayRequestHandler(RequestHandler):
         response.force_close()
         stamp(response.headers)
         return response
-
-
-Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
-
-
-@web.middleware
-async def track_requests(request: web.Request, handler: Handler) -> web.StreamResponse:
-    """Tell the connection a request is being handled (no header deadline meanwhile)."""
-    protocol = request.protocol
-    if not isinstance(protocol, GatewayRequestHandler):
-        return await handler(request)
-    protocol.request_started()
-    try:
-        return await handler(request)
-    finally:
-        protocol.request_finished()
 
 
 class _GatewayServer(web.Server):

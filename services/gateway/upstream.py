@@ -17,7 +17,7 @@ import orjson
 import structlog
 from aiohttp import web
 
-from splatq.services.gateway.app import QUEUE, SETTINGS
+from splatq.services.gateway.appkeys import QUEUE, SETTINGS
 from splatq.services.gateway.auth import authenticate_admin
 from splatq.services.gateway.endpoints import _check_fields, _json_body
 from splatq.services.gateway.problems import ApiError, invalid_request, not_found

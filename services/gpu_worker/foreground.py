@@ -11,12 +11,10 @@ Pure (bytes in, tensors and a PNG out); the removers are loaded once per worker 
 
 from __future__ import annotations
 
-import hashlib
 import io
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
 
 import numpy as np
 import torch
@@ -28,13 +26,14 @@ from splatq.services.gpu_worker.images import (
     decode_image,
     decode_photo,
 )
+from splatq.services.gpu_worker.remover import (
+    FROM_ALPHA,
+    ConfigurationError,
+    Remover,
+)
 from splatq.shared.images.headers import DecodeLimits
-from splatq.shared.settings import Settings, SettingsError
+from splatq.shared.settings import Settings
 
-# The job view's `foreground` values (the API contract's names).
-FROM_ALPHA = "alpha"
-SEGMENTED = "segmented"
-LEARNED = "learned"
 # Alpha is a cut-out when any pixel is visibly transparent (the builtin model's rule): an
 # image saved with a solid alpha channel is segmented like one without.
 CUTOUT_ALPHA = 0.99
@@ -42,16 +41,6 @@ CUTOUT_ALPHA = 0.99
 # resolution, when larger): fine enough that a small object's crop still has detail.
 WORK_SIDE = 1024
 MASK_THRESHOLD = 0.5
-
-
-class Remover(Protocol):
-    """Finds the object in a photo without alpha: [H, W, 3] uint8 -> [H, W] float32 in
-    [0, 1]. `source` is the job view's `foreground`; `version` enters the ingest digest."""
-
-    source: str
-    version: str
-
-    def mask(self, rgb: np.ndarray) -> np.ndarray: ...
 
 
 @dataclass(frozen=True)
@@ -66,10 +55,6 @@ class PreparedInput:
     mask_png: bytes | None
     crop: tuple[int, int, int] | None
     photo_size: tuple[int, int]
-
-
-class ConfigurationError(SettingsError):
-    """The configured foreground method cannot run (e.g. its model file is missing)."""
 
 
 def load_remover(settings: Settings) -> Remover | None:
@@ -180,12 +165,3 @@ def mask_png(mask: np.ndarray) -> bytes:
     buf = io.BytesIO()
     Image.fromarray(np.rint(mask * 255).astype(np.uint8), "L").save(buf, "PNG")
     return buf.getvalue()
-
-
-def file_digest(path: Path) -> str:
-    """A model file's identity for the ingest digest (its SHA-256, 16 hex digits)."""
-    h = hashlib.sha256()
-    with path.open("rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()[:16]

@@ -13,7 +13,7 @@ import numpy.typing as npt
 from PIL import Image
 
 from splatq.services.gpu_worker.gaussians import SH_C0, Gaussians
-from splatq.shared.engine.errors import PermanentError
+from splatq.shared.errors import PermanentError
 
 ARTIFACT_INVALID = "ARTIFACT_INVALID"
 

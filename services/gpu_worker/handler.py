@@ -38,10 +38,10 @@ from splatq.services.gpu_worker.oom import (
 from splatq.services.gpu_worker.remote.backend import RemoteModel
 from splatq.services.gpu_worker.renderer import flush_denormals_in_this_thread
 from splatq.shared.engine.cpu_priority import ClassExecutors
-from splatq.shared.engine.errors import PermanentError, SplatqError
+from splatq.shared.engine.job_context import JobContext
 from splatq.shared.engine.jobs import JobOutcome
 from splatq.shared.engine.keys import StreamName
-from splatq.shared.engine.worker import JobContext
+from splatq.shared.errors import PermanentError, SplatqError
 from splatq.shared.images.headers import DecodeLimits
 from splatq.shared.settings import Settings
 from splatq.shared.storage.store import (

@@ -15,7 +15,7 @@ import numpy as np
 import torch
 from PIL import Image
 
-from splatq.shared.engine.errors import PermanentError
+from splatq.shared.errors import PermanentError
 from splatq.shared.images import orientation
 from splatq.shared.images.decoders import DecodedSizeMismatch, box_reduce, load_heif
 from splatq.shared.images.headers import (

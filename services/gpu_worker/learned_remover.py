@@ -17,7 +17,7 @@ import numpy as np
 import onnxruntime as ort
 from PIL import Image
 
-from splatq.services.gpu_worker.foreground import LEARNED, ConfigurationError, file_digest
+from splatq.services.gpu_worker.remover import LEARNED, ConfigurationError, file_digest
 
 # rembg's U2-Net and BiRefNet preprocessing: ImageNet statistics; 320 px when the model's
 # input size is dynamic (U2-Net's own size).

@@ -12,7 +12,7 @@ from typing import TypeVar
 
 import torch
 
-from splatq.shared.engine.errors import PermanentError
+from splatq.shared.errors import PermanentError
 
 T = TypeVar("T")
 R = TypeVar("R")

@@ -54,7 +54,19 @@ from splatq.services.gpu_worker.handler import (
 from splatq.services.gpu_worker.metrics import GpuMetrics
 from splatq.services.gpu_worker.model import model_for
 from splatq.shared.engine import events
-from splatq.shared.engine.errors import (
+from splatq.shared.engine.events import EventType
+from splatq.shared.engine.intermediates import (
+    CHARGED_MS_FACT,
+    IntermediateStore,
+    StageWork,
+    facts_int,
+)
+from splatq.shared.engine.job_context import JobContext, JobHandler
+from splatq.shared.engine.jobs import JobOutcome, StageDone
+from splatq.shared.engine.keys import StreamName
+from splatq.shared.engine.metering import quick_unit, total_ms
+from splatq.shared.engine.stages import PipelineStage, StageRecord, stage_digest
+from splatq.shared.errors import (
     Deferred,
     JobCanceled,
     LeaseLost,
@@ -62,19 +74,7 @@ from splatq.shared.engine.errors import (
     SplatqError,
     TransientError,
 )
-from splatq.shared.engine.events import EventType
-from splatq.shared.engine.jobs import JobOutcome, StageDone
-from splatq.shared.engine.keys import StreamName
-from splatq.shared.engine.metering import quick_unit, total_ms
-from splatq.shared.engine.stages import PipelineStage, StageRecord, stage_digest
-from splatq.shared.engine.worker import JobContext, JobHandler
 from splatq.shared.settings import Settings
-from splatq.shared.storage.intermediates import (
-    CHARGED_MS_FACT,
-    IntermediateStore,
-    StageWork,
-    facts_int,
-)
 from splatq.shared.storage.store import (
     ARTIFACT_FILES,
     QUICK_RUN_PREFIX,

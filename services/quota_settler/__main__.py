@@ -6,10 +6,10 @@ import asyncio
 import signal
 
 from splatq.services.quota_settler.settler import Settler
+from splatq.shared.engine.metrics import register_build_info
 from splatq.shared.engine.queue import JobQueue
 from splatq.shared.liveness import health_endpoint
 from splatq.shared.logs import configure_logging
-from splatq.shared.metrics import register_build_info
 from splatq.shared.redis.client import connect
 from splatq.shared.settings import Settings
 from splatq.shared.tenants.quota import QuotaBook

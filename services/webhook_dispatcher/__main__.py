@@ -8,10 +8,10 @@ import signal
 from splatq.services.webhook_dispatcher.dispatcher import Dispatcher
 from splatq.services.webhook_dispatcher.metrics import DispatcherMetrics
 from splatq.shared import tracing
+from splatq.shared.engine.metrics import register_build_info
 from splatq.shared.engine.queue import JobQueue
 from splatq.shared.liveness import health_endpoint
 from splatq.shared.logs import configure_logging
-from splatq.shared.metrics import register_build_info
 from splatq.shared.redis.client import connect
 from splatq.shared.settings import Settings
 

@@ -34,6 +34,7 @@ from splatq.services.webhook_dispatcher.policy import (
     tenant_limit,
 )
 from splatq.shared import tracing
+from splatq.shared.engine.batcher import Batcher
 from splatq.shared.engine.ids import is_job_id
 from splatq.shared.engine.queue import JobQueue
 from splatq.shared.redis.client import is_transient_reply
@@ -80,9 +81,7 @@ class Dispatcher:
         self._in_flight: set[asyncio.Task[None]] = set()
         self._slots = asyncio.Semaphore(self.settings.webhook_concurrency)
         self._secrets: dict[str, tuple[float, asyncio.Future[tuple[str, ...]]]] = {}
-        self._results: asyncio.Queue[tuple[AttemptResult, asyncio.Future[Recorded]]] = (
-            asyncio.Queue()
-        )
+        self._results: Batcher[AttemptResult, Recorded] = Batcher(self._record_batch)
         self._open_circuits: dict[str, int] = {}  # endpoint id -> open until (ms), as seen here
         self._busy: dict[str, int] = {}  # target -> attempts in flight
         self._tenant_busy: dict[str, int] = {}  # "tenant:<name>" -> attempts in flight
@@ -113,7 +112,7 @@ class Dispatcher:
                 asyncio.create_task(self._fan_out_loop(p)) for p in range(self.settings.partitions)
             ]
             loops.append(asyncio.create_task(self._deliver_loop(http)))
-            recorder = asyncio.create_task(self._record_loop())
+            recorder = asyncio.create_task(self._results.run())
             log.info("dispatcher.started", consumer=self.consumer)
             await self._stopping.wait()
             for t in loops:
@@ -552,28 +551,11 @@ class Dispatcher:
 
     def _submit(self, result: AttemptResult) -> asyncio.Future[Recorded]:
         """Hand the result to the recorder, which writes everything finished at the same
-        moment in one round trip (as the engine's committer does)."""
-        done: asyncio.Future[Recorded] = asyncio.get_running_loop().create_future()
-        self._results.put_nowait((result, done))
-        return done
+        moment in one round trip (shared/engine/batcher.py, as the engine's committer)."""
+        return self._results.submit(result)
 
-    async def _record_loop(self) -> None:
-        while True:
-            batch = [await self._results.get()]
-            while not self._results.empty() and len(batch) < 256:
-                batch.append(self._results.get_nowait())
-            statuses: list[Recorded | Exception]
-            try:
-                statuses = await self.store.record_many([r for r, _ in batch])
-            except Exception as exc:
-                statuses = [exc] * len(batch)
-            for (_, done), status in zip(batch, statuses, strict=True):
-                if done.done():
-                    continue
-                if isinstance(status, Exception):
-                    done.set_exception(status)
-                else:
-                    done.set_result(status)
+    async def _record_batch(self, results: list[AttemptResult]) -> list[Recorded | Exception]:
+        return await self.store.record_many(results)
 
     async def _tenant_secrets(self, tenant: str) -> tuple[str, ...]:
         """The tenant's signing secrets, cached briefly (a rotation shows within

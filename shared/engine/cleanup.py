@@ -21,11 +21,11 @@ from redis.exceptions import ResponseError
 
 from splatq.shared.engine.fleet import REDIS_ERRORS, new_consumer_name
 from splatq.shared.engine.ids import is_job_id
+from splatq.shared.engine.metrics import EngineMetrics
 from splatq.shared.engine.queue import JobQueue
 from splatq.shared.engine.scripts import Script, ScriptCall
 from splatq.shared.engine.stages import PipelineStage, StageRecord, StageStatus
 from splatq.shared.engine.worker_classes import parse_class_list
-from splatq.shared.metrics import EngineMetrics
 
 log = structlog.get_logger("splatq.cleanup")
 

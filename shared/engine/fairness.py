@@ -8,15 +8,20 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import orjson
 
+from splatq.shared.config.vocabulary import DEFAULT_COSTS, parse_int_map
 from splatq.shared.engine.keys import KeySchema, StreamName
 
-# Estimated cost of a job by quality, in the scheduler's units (a preview is 1). Deficit
-# round-robin hands each tenant `quantum x weight` units per turn, so a tenant of full jobs
-# gets one full job for every ten previews of another tenant of the same weight.
-DEFAULT_COSTS: Mapping[str, int] = {"preview": 1, "full": 10}
+if TYPE_CHECKING:
+    from splatq.shared.settings import Settings
+
+__all__ = [
+    "DEFAULT_COSTS", "FairScheduling", "TenantPolicy", "fairness_of", "home_partition",
+    "parse_int_map",
+]  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,22 +79,21 @@ class FairScheduling:
         ).decode()
 
 
+def fairness_of(settings: Settings) -> FairScheduling:
+    """The deployment's fair-scheduling terms, from its settings (SPLATQ_FAIR_SCHEDULING,
+    SPLATQ_JOB_COSTS, SPLATQ_TENANT_WEIGHTS, SPLATQ_TENANT_MAX_RUNNING_*)."""
+    return FairScheduling(
+        enabled=settings.fair_scheduling,
+        costs=settings.job_costs,
+        weights=settings.tenant_weights,
+        max_running_interactive=settings.tenant_max_running_interactive,
+        max_running_synthesis=settings.tenant_max_running_synthesis,
+    )
+
+
 def home_partition(tenant: str, partitions: int) -> int:
     """The partition that holds all of a capped tenant's work, so that its running cap is one
     counter in one slot (global across workers, enforced atomically). A cap bounds the
     tenant's throughput anyway, so confining it to one partition costs it nothing; tenants
     without a cap spread over every partition by job key."""
     return KeySchema(partitions=partitions).partition_for(f"tenant:{tenant}")
-
-
-def parse_int_map(raw: str, what: str, maximum: int) -> dict[str, int]:
-    """'preview=1,full=10' -> {'preview': 1, 'full': 10}; ValueError naming `what` when an
-    item is not name=integer within [1, maximum]."""
-    out: dict[str, int] = {}
-    for item in filter(None, (part.strip() for part in raw.split(","))):
-        name, eq, value = item.partition("=")
-        value = value.strip()
-        if not eq or not name.strip() or not value.isdigit() or not 1 <= int(value) <= maximum:
-            raise ValueError(f"expected {what}=integer within [1, {maximum}], got {item!r}")
-        out[name.strip()] = int(value)
-    return out

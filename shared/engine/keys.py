@@ -24,16 +24,6 @@ class StreamName(StrEnum):
 STREAMS: tuple[StreamName, ...] = (StreamName.INTERACTIVE, StreamName.SYNTHESIS)
 
 
-def replay_key(first_key: str, request_id: str) -> str:
-    """The replay memo of one script call (shared/engine/scripts.py), in the slot of the call's
-    first key: the same `{...}` hash tag, or the whole key as the tag when it has none."""
-    open_at = first_key.find("{")
-    close_at = first_key.find("}", open_at + 1) if open_at >= 0 else -1
-    if close_at > open_at + 1:
-        return f"{first_key[: close_at + 1]}:replay:{request_id}"
-    return f"{{{first_key}}}:replay:{request_id}"
-
-
 @dataclass(frozen=True, slots=True)
 class KeySchema:
     """Key builder for one deployment (`prefix` separates deployments sharing a Redis)."""

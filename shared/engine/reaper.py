@@ -15,8 +15,8 @@ import structlog
 
 from splatq.shared.engine.entries import UNKNOWN_JOB, entry_problem
 from splatq.shared.engine.keys import StreamName
+from splatq.shared.engine.metrics import EngineMetrics
 from splatq.shared.engine.queue import JobQueue, StreamEntry
-from splatq.shared.metrics import EngineMetrics
 
 log = structlog.get_logger("splatq.reaper")
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
-from splatq.shared.engine.errors import ErrorInfo
+from splatq.shared.errors import ErrorInfo
 
 
 def full_jitter_ms(attempt: int, base_ms: int, cap_ms: int, rng: random.Random) -> int:

@@ -1,5 +1,5 @@
-"""Process entry for a worker: logging, tracing, Redis, signals, the metrics and liveness
-endpoint, then `Worker.run`.
+"""Process entry for a whole-job worker: the process around it (process.py), then
+`Worker.run`.
 
 Wiring only; the behaviour lives in `splatq.shared.engine.worker`.
 """
@@ -8,22 +8,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import signal
 
 import structlog
 
 from splatq.shared import tracing
+from splatq.shared.engine import process
 from splatq.shared.engine.backlog import read_backlog
+from splatq.shared.engine.job_context import HandlerFactory, JobContext, JobHandler
 from splatq.shared.engine.jobs import JobOutcome, StageDone
-from splatq.shared.engine.memory import configure_worker_memory
 from splatq.shared.engine.queue import JobQueue
-from splatq.shared.engine.replicated_queue import open_queue
-from splatq.shared.engine.worker import HandlerFactory, JobContext, JobHandler, Worker
-from splatq.shared.engine.worker_classes import lower_if_synthesis_only
-from splatq.shared.liveness import health_endpoint
-from splatq.shared.logs import configure_logging
-from splatq.shared.metrics import EngineMetrics, register_build_info
-from splatq.shared.redis.client import connect
+from splatq.shared.engine.worker import Worker
 from splatq.shared.settings import Settings
 
 log = structlog.get_logger("splatq.runner")
@@ -39,50 +33,32 @@ async def run_worker(
 ) -> None:
     """Run one worker process until SIGTERM/SIGINT, then drain and exit. `burst`: also stop
     (and return) once nothing waits, is delayed or runs in the partitions it owns."""
-    configure_logging(settings.log_level, settings.log_format, service)
-    # A synthesis-only process runs niced as a whole, every thread it will start too.
-    lower_if_synthesis_only(
-        settings.worker_classes, settings.synthesis_nice, settings.synthesis_idle
-    )
-    tracing.configure_tracing(settings.tracing, service)
-    # Before the handlers (torch) or any pool start threads: the allocator's policy.
-    configure_worker_memory(
-        settings.malloc_arena_max, settings.memory_trim, settings.memory_trim_interval_ms / 1000
-    )
+    process.prepare(settings, service)
     handler = factory(settings)
     startup = getattr(handler, "startup", None)
     shutdown = getattr(handler, "shutdown", None)
-    metrics = EngineMetrics.create(
-        top_tenants=settings.metrics_top_tenants, named_tenants=settings.metrics_tenants
-    )
-    register_build_info(service=service)
-    redis = connect(settings.redis_url, client_name=f"splatq-{service}")
-    queue = open_queue(redis, settings)  # JobQueue, or WAIT after commits (replicated_queue)
-    worker = Worker(
-        queue,
-        settings,
-        traced(handler),
-        metrics,
-        thread_setup=getattr(handler, "thread_setup", None),
-    )
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, worker.stop)
-    watcher = asyncio.create_task(_stop_when_drained(queue, worker)) if burst else None
-    try:
-        async with health_endpoint(settings.metrics_port, settings.liveness_max_age_s):
+    switch = process.StopSwitch()
+    async with process.serving(settings, service, switch) as proc:
+        worker = Worker(
+            proc.queue,
+            settings,
+            traced(handler),
+            proc.metrics,
+            thread_setup=getattr(handler, "thread_setup", None),
+        )
+        switch.add(worker)
+        watcher = asyncio.create_task(_stop_when_drained(proc.queue, worker)) if burst else None
+        try:
             if startup is not None:
                 await startup()
             await worker.run()
-    finally:
-        if watcher is not None:
-            watcher.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await watcher
-        if shutdown is not None:
-            await shutdown()
-        await redis.aclose()
-        tracing.shutdown_tracing()
+        finally:
+            if watcher is not None:
+                watcher.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await watcher
+            if shutdown is not None:
+                await shutdown()
 
 
 def traced(handler: JobHandler, stage: str = "") -> JobHandler:

@@ -32,8 +32,8 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import DataError, NoScriptError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from splatq.shared.engine.keys import replay_key
 from splatq.shared.engine.states import lua_transition_table
+from splatq.shared.redis.replay import replay_key
 
 Arg = str | int | float | bytes
 ARG_TYPES = frozenset({str, int, float, bytes})
@@ -53,7 +53,29 @@ def _retention_constant(job_retention_ms: int) -> str:
     )
 
 
-class Script(StrEnum):
+class LuaScript(StrEnum):
+    """A family of Lua scripts: one member per file `<PACKAGE>/lua/<value>.lua`, owned by the
+    package that runs them (the engine's job scripts here, the webhooks' and the scheduled
+    maintenance's in theirs). A store registers its family with the runner it uses
+    (`ScriptRunner.register`); every family gets the engine's Lua helpers."""
+
+    @classmethod
+    def package(cls) -> str:
+        raise NotImplementedError
+
+    @property
+    def replay_safe(self) -> bool:
+        """True when the script is safe to resend without the generic replay memo (so it
+        skips the memo's extra GET, SET and JSON encoding); the default is memoized."""
+        return False
+
+    def source(self) -> str:
+        return (resources.files(self.package()) / "lua" / f"{self.value}.lua").read_text()
+
+
+class Script(LuaScript):
+    """The engine's job scripts (shared/engine/lua/)."""
+
     ENQUEUE = "enqueue"
     CLAIM = "claim"
     START = "start"
@@ -74,34 +96,19 @@ class Script(StrEnum):
     PRUNE_CONSUMERS = "prune_consumers"
     RATE_LIMIT = "rate_limit"
     REDRIVE = "redrive"
-    WH_FANOUT = "wh_fanout"
-    WH_CLAIM = "wh_claim"
-    WH_RESULT = "wh_result"
-    WH_REDRIVE = "wh_redrive"
-    WH_SECRET_ROTATE = "wh_secret_rotate"
-    WH_EP_CREATE = "wh_ep_create"
-    WH_EP_UPDATE = "wh_ep_update"
-    WH_EP_ROTATE = "wh_ep_rotate"
-    WH_EP_DELETE = "wh_ep_delete"
-    WH_EP_GATE = "wh_ep_gate"
-    WH_EP_HEALTH = "wh_ep_health"
-    WH_EP_LOG = "wh_ep_log"
     FLEET_TICK = "fleet_tick"
-    # Scheduled maintenance (shared/maintenance/) and the redriver's audit trail.
-    TASK_CLAIM = "task_claim"
-    TASK_RENEW = "task_renew"
-    TASK_FINISH = "task_finish"
-    DLQ_NOTE = "dlq_note"
+
+    @classmethod
+    def package(cls) -> str:
+        return "splatq.shared.engine"
 
     @property
     def replay_safe(self) -> bool:
-        """True when the script is safe to resend without the generic replay memo (so it
-        skips the memo's extra GET, SET and JSON encoding)."""
         return self in _REPLAY_SAFE
 
 
-# Safe to resend on their own: pure compare-and-set (renew, prune_consumers, the endpoint
-# gate, the fleet clock); a rate limiter (a resend at worst takes one more token: not worth
+# Safe to resend on their own: pure compare-and-set (renew, prune_consumers, the fleet
+# clock); a rate limiter (a resend at worst takes one more token: not worth
 # a GET, a SET and a JSON encoding on every submission); or made safe more cheaply on the
 # hot path -- enqueue (a resend finds its own fresh job id and answers 'exists', which
 # JobQueue.enqueue resolves by reading that job), finish and advance (the job hash's `last_commit`
@@ -109,7 +116,7 @@ class Script(StrEnum):
 # not job hashes).
 # Everything else is memoized: a resend must answer what the first execution did.
 _REPLAY_SAFE = frozenset({
-    Script.RENEW, Script.PRUNE_CONSUMERS, Script.WH_EP_GATE, Script.ENQUEUE, Script.FINISH,
+    Script.RENEW, Script.PRUNE_CONSUMERS, Script.ENQUEUE, Script.FINISH,
     Script.ADVANCE, Script.CLEANUP_DONE, Script.ANNOUNCE, Script.METER, Script.TAKE,
     Script.FLEET_TICK, Script.RATE_LIMIT,
 })  # fmt: skip
@@ -142,15 +149,15 @@ def new_request_id() -> str:
     return f"{_REQUEST_PREFIX}{next(_request_counter):x}"
 
 
-def _source(name: str) -> str:
-    return (resources.files("splatq.shared.engine") / "lua" / f"{name}.lua").read_text()
+def _preamble() -> str:
+    return (resources.files("splatq.shared.engine") / "lua" / "_preamble.lua").read_text()
 
 
 @dataclass(frozen=True, slots=True)
 class ScriptCall:
     """One script invocation: which script, its KEYS and its ARGV."""
 
-    script: Script
+    script: LuaScript
     keys: Sequence[str]
     args: Sequence[Arg]
     # One id per logical call, kept across every resend of it (see the module docstring);
@@ -184,16 +191,38 @@ class ScriptRunner:
         replay_ttl_ms: int = DEFAULT_REPLAY_TTL_MS,
         job_retention_ms: int = DEFAULT_JOB_RETENTION_MS,
     ) -> None:
-        helpers = LuaHelpers(
-            lua_transition_table() + _retention_constant(job_retention_ms) + _source("_preamble")
+        self._helpers = LuaHelpers(
+            lua_transition_table() + _retention_constant(job_retention_ms) + _preamble()
         )
         self._redis = redis
         self._cluster = isinstance(redis, RedisCluster)
         self._replay_ttl_ms = replay_ttl_ms
-        # Each script carries only the helpers it uses (and theirs): Redis runs the whole
-        # text on every call, so an unused helper costs every call its definition.
-        self._bodies = {s: helpers.include_for(_wrap(s, _source(s.value))) for s in Script}
-        self._shas = {s: hashlib.sha1(b.encode()).hexdigest() for s, b in self._bodies.items()}
+        self._bodies: dict[LuaScript, str] = {}
+        self._shas: dict[LuaScript, str] = {}
+        self._families: set[type[LuaScript]] = set()
+        self.register(Script)
+
+    def register(self, family: type[LuaScript]) -> None:
+        """Add a family of scripts (idempotent). Each script carries only the helpers it uses
+        (and theirs): Redis runs the whole text on every call, so an unused helper costs every
+        call its definition. A family registered after `load` is loaded by its first call's
+        NOSCRIPT (run_many reloads every registered script then)."""
+        if family in self._families:
+            return
+        taken = {s.value for s in self._bodies}
+        clash = sorted(taken & {s.value for s in family})
+        if clash:
+            raise ValueError(f"{family.__name__}: script names already registered: {clash}")
+        for script in family:
+            body = self._helpers.include_for(_wrap(script, script.source()))
+            self._bodies[script] = body
+            self._shas[script] = hashlib.sha1(body.encode()).hexdigest()
+        self._families.add(family)
+
+    def sha(self, script: LuaScript) -> str:
+        """The SHA1 an EVALSHA of `script` names (its family registered if it was not)."""
+        self.register(type(script))
+        return self._shas[script]
 
     async def load(self) -> None:
         """SCRIPT LOAD everything (idempotent); also called after a NOSCRIPT. One call per
@@ -329,5 +358,5 @@ def _code_words(text: str) -> set[str]:
     return set(_WORD.findall(_COMMENT.sub("", text)))
 
 
-def _wrap(script: Script, body: str) -> str:
+def _wrap(script: LuaScript, body: str) -> str:
     return body if script.replay_safe else _MEMO_HEAD + body + _MEMO_TAIL

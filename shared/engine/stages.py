@@ -26,6 +26,8 @@ from typing import Any
 
 import orjson
 
+from splatq.shared.config.vocabulary import parse_stage_names
+
 
 class PipelineStage(StrEnum):
     INGEST = "ingest"
@@ -76,19 +78,7 @@ def stages_from(stage: PipelineStage) -> tuple[PipelineStage, ...]:
 def parse_stage_list(raw: str) -> tuple[PipelineStage, ...]:
     """`--stages` / SPLATQ_STAGES: comma-separated names, or `all`. Raises ValueError on an
     unknown name; keeps pipeline order and drops repeats."""
-    names = [p.strip() for p in raw.split(",") if p.strip()]
-    if not names:
-        raise ValueError("no stage named")
-    if names == ["all"]:
-        return ALL_STAGES
-    chosen: set[PipelineStage] = set()
-    for name in names:
-        try:
-            chosen.add(PipelineStage(name))
-        except ValueError:
-            known = ", ".join(s.value for s in ALL_STAGES)
-            raise ValueError(f"unknown stage {name!r} (known: {known}, or all)") from None
-    return tuple(s for s in ALL_STAGES if s in chosen)
+    return tuple(PipelineStage(name) for name in parse_stage_names(raw))
 
 
 def stage_digest(*parts: str) -> str:

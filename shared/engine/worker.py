@@ -10,23 +10,37 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import importlib
 import random
 import secrets
 import time
-from collections.abc import Awaitable, Callable, Mapping
-from concurrent.futures import Executor
-from dataclasses import dataclass, field
-from typing import Any, Protocol, TypeVar
+from collections.abc import Awaitable
+from typing import Any, TypeVar
 
-import orjson
 import structlog
 from redis.exceptions import ResponseError
 
-from splatq.shared.engine import events
+from splatq.shared.engine import events, outcomes
+from splatq.shared.engine.batcher import Batcher
 from splatq.shared.engine.cpu_priority import ClassExecutors, ThreadSetup
 from splatq.shared.engine.entries import UNKNOWN_JOB, entry_problem
-from splatq.shared.engine.errors import (
+from splatq.shared.engine.events import EventType
+from splatq.shared.engine.fleet import REDIS_ERRORS, FleetMember, new_consumer_name
+from splatq.shared.engine.job_context import (
+    JobContext,
+    JobHandler,
+)
+from splatq.shared.engine.jobs import JobOutcome, JobRecord, StageDone
+from splatq.shared.engine.keys import STREAMS, StreamName
+from splatq.shared.engine.leases import LeaseKeeper, Run
+from splatq.shared.engine.metering import WHOLE_JOB_UNIT
+from splatq.shared.engine.metrics import EngineMetrics
+from splatq.shared.engine.queue import Advance, Finish, JobQueue, StreamEntry
+from splatq.shared.engine.reaper import Reaper
+from splatq.shared.engine.retries import decide_retry
+from splatq.shared.engine.slots import SlotPool
+from splatq.shared.engine.stages import PIPELINE, StageRecord, StageStatus, next_stage
+from splatq.shared.engine.worker_classes import parse_class_list
+from splatq.shared.errors import (
     CORRUPT_JOB_RECORD,
     INVALID_OUTCOME,
     TIMEOUT,
@@ -38,18 +52,6 @@ from splatq.shared.engine.errors import (
     TransientError,
     classify,
 )
-from splatq.shared.engine.events import EventType
-from splatq.shared.engine.fleet import REDIS_ERRORS, FleetMember, new_consumer_name
-from splatq.shared.engine.jobs import JobOutcome, JobRecord, StageDone
-from splatq.shared.engine.keys import STREAMS, StreamName
-from splatq.shared.engine.metering import METER_PREFIX, WHOLE_JOB_UNIT
-from splatq.shared.engine.queue import RENEW_UNKNOWN, Advance, Finish, JobQueue, StreamEntry
-from splatq.shared.engine.reaper import Reaper
-from splatq.shared.engine.retries import decide_retry
-from splatq.shared.engine.slots import SlotPool
-from splatq.shared.engine.stages import PIPELINE, StageRecord, StageStatus, next_stage
-from splatq.shared.engine.worker_classes import parse_class_list
-from splatq.shared.metrics import EngineMetrics
 from splatq.shared.redis.client import error_reply_kind, is_transient_reply
 from splatq.shared.settings import Settings
 
@@ -61,202 +63,10 @@ T = TypeVar("T")
 RESEND_WINDOW_S = 5.0
 # Back-off after an error reply the fetch loop cannot act on (a script error, OOM).
 ERROR_REPLY_BACKOFF_S = 1.0
-PROGRESS_EVENT_INTERVAL_S = 1.0
 CONSUMER_PRUNE_IDLE_MS = 3_600_000
 # How long the fetch loop waits before looking again when it cannot block (a saturated
 # stream, or several partitions): bounds the start latency of newly arrived work.
 IDLE_POLL_S = 0.05
-
-
-class JobHandler(Protocol):
-    """What the worker runs for each job. Raise `PermanentError`/`TransientError` (with a
-    code) to fail or retry; call `ctx.progress()` at stage boundaries."""
-
-    async def __call__(self, ctx: JobContext) -> JobOutcome | StageDone: ...
-
-
-class LifecycleHandler(JobHandler, Protocol):
-    """A handler with resources to open before the first job and close after the last."""
-
-    async def startup(self) -> None: ...
-
-    async def shutdown(self) -> None: ...
-
-
-HandlerFactory = Callable[[Settings], JobHandler]
-
-
-def load_handler_factory(spec: str) -> HandlerFactory:
-    """`package.module:factory` -> the factory (called with the settings)."""
-    module_name, sep, attr = spec.partition(":")
-    if not sep or not module_name or not attr:
-        raise ValueError(f"handler spec must be 'package.module:factory', got {spec!r}")
-    factory: HandlerFactory = getattr(importlib.import_module(module_name), attr)
-    return factory
-
-
-@dataclass(slots=True)
-class JobContext:
-    """A running job as its handler sees it."""
-
-    job: JobRecord
-    entry: StreamEntry
-    token: str
-    queue: JobQueue
-    log: Any
-    cancel_requested: bool = False
-    lease_lost: bool = False
-    started_at: float = field(default_factory=time.monotonic)
-    _last_event_at: float = 0.0
-    _last_stage: str = ""
-    _last_fraction: float | None = None
-    _threads: set[asyncio.Future[None]] = field(default_factory=set)
-    # Where run_blocking runs (the class's pool: see cpu_priority); None = asyncio's default.
-    executor: Executor | None = None
-
-    @property
-    def job_id(self) -> str:
-        return self.job.id
-
-    @property
-    def attempt(self) -> int:
-        return self.job.attempts
-
-    @property
-    def stream(self) -> StreamName:
-        return self.entry.stream
-
-    def raise_if_stopped(self) -> None:
-        """Call at stage boundaries: stops a canceled job, or one whose lease was lost."""
-        if self.lease_lost:
-            raise LeaseLost(self.job.id)
-        if self.cancel_requested:
-            raise JobCanceled(self.job.id)
-
-    async def progress(self, fraction: float, stage: str) -> None:
-        """Record progress (fenced by the lease); a `progress` event at most once a second
-        or on a new stage. Raises `JobCanceled`/`LeaseLost` when the job must stop; while
-        Redis cannot be reached the report is skipped and the job goes on."""
-        self.raise_if_stopped()
-        now = time.monotonic()
-        emit = stage != self._last_stage or now - self._last_event_at >= PROGRESS_EVENT_INTERVAL_S
-        try:
-            reply = await self.queue.report_progress(
-                self.job.id, self.token, min(max(fraction, 0.0), 1.0), stage, emit
-            )
-        except (*REDIS_ERRORS, ResponseError) as exc:
-            if isinstance(exc, ResponseError) and not is_transient_reply(exc):
-                raise
-            # Progress is a report, not the fence: Redis being unreachable is not the job's
-            # fault, so the job goes on (the heartbeat and the commit still decide).
-            self.log.warning("progress.not_recorded", stage=stage, error=str(exc)[:200])
-            return
-        self._last_fraction = fraction
-        if emit:
-            self._last_event_at, self._last_stage = now, stage
-        if reply == 0:
-            self.lease_lost = True
-        elif reply == 2:
-            self.cancel_requested = True
-        self.raise_if_stopped()
-
-    async def announce(
-        self, event: str, extra: str = "", fields: Mapping[str, str] | None = None
-    ) -> bool:
-        """Send a one-off event of this job now, from inside the run (fenced by the lease,
-        once per job: see announce.lua), writing `fields` with it. True when it went out
-        now, False when it had already; raises `LeaseLost` when the run lost its job."""
-        outcome = await self.queue.announce(self.job.id, self.token, event, extra, fields)
-        if outcome == "lease_lost":
-            self.lease_lost = True
-            raise LeaseLost(self.job.id)
-        return outcome == "ok"
-
-    async def meter(self, unit: str, ms: int | None) -> bool:
-        """Record a unit of work this run finished, with its measured time (meter.lua: fenced
-        by the lease, once per unit; shared/engine/metering.py). Call it as soon as the work's
-        outputs are stored -- before the next stop check, so a cancel that arrived meanwhile
-        still finds the work metered. True when recorded now, False when the unit was
-        metered already; raises `LeaseLost` when the run lost its job."""
-        outcome = await self.queue.meter(self.job.id, self.token, unit, ms or 0)
-        if outcome == "lease_lost":
-            self.lease_lost = True
-            raise LeaseLost(self.job.id)
-        return outcome == "ok"
-
-    async def note(
-        self, notes: Mapping[str, str], event_extra: Mapping[str, object] | None = None
-    ) -> None:
-        """Write notes of this run into the job (`note.<name>`, note.lua: fenced by the
-        lease), visible to a run that takes the job over (`job.notes`) and to users; with
-        `event_extra`, a `progress` event carrying those members goes out in the same step.
-        Raises `LeaseLost` when the run lost its job; notes a cancel it reports."""
-        extra = ""
-        if event_extra is not None:
-            fraction = self.job.progress if self._last_fraction is None else self._last_fraction
-            extra = events.progress_fields(fraction, self._last_stage or self.job.stage)
-            extra += "," + orjson.dumps(dict(event_extra)).decode()[1:-1]
-        event = EventType.PROGRESS.value if event_extra is not None else ""
-        outcome = await self.queue.note(self.job.id, self.token, notes, event, extra)
-        if outcome == "lease_lost":
-            self.lease_lost = True
-            raise LeaseLost(self.job.id)
-        if outcome == "cancel_requested":
-            self.cancel_requested = True
-        elif outcome != "ok":
-            raise ValueError(f"note refused: {outcome}")
-
-    async def run_blocking(self, fn: Callable[..., T], *args: Any) -> T:
-        """Run CPU/GPU-bound work in a thread so the event loop keeps renewing leases.
-
-        A thread cannot be stopped: when the job is canceled or loses its lease the call
-        raises at once, but the worker keeps the job's slot until the thread has returned
-        (see `threads_done`), so a lost job never runs alongside the slot's next one."""
-        loop = asyncio.get_running_loop()
-        finished: asyncio.Future[None] = loop.create_future()
-        self._threads.add(finished)
-        finished.add_done_callback(self._threads.discard)
-
-        def call() -> T:
-            try:
-                return fn(*args)
-            finally:
-                loop.call_soon_threadsafe(_resolve, finished)
-
-        if self.executor is None:
-            return await asyncio.to_thread(call)
-        return await loop.run_in_executor(self.executor, call)
-
-    @property
-    def has_threads(self) -> bool:
-        return bool(self._threads)
-
-    async def threads_done(self) -> None:
-        """Wait for every thread this job started (their results are no longer wanted)."""
-        while self._threads:
-            await asyncio.wait(list(self._threads))
-
-
-def _resolve(future: asyncio.Future[None]) -> None:
-    if not future.done():
-        future.set_result(None)
-
-
-@dataclass(slots=True)
-class _Running:
-    ctx: JobContext
-    task: asyncio.Task[None] | None = None
-    # Set once the outcome is handed to the committer: from then on the commit's own fence
-    # decides, and a renewal racing the commit's DEL of the lease means nothing.
-    committing: bool = False
-    started_at: float = field(default_factory=time.monotonic)
-    renewed_at: float = field(default_factory=time.monotonic)
-
-
-@dataclass(slots=True)
-class _Commit:
-    finish: Finish
-    done: asyncio.Future[tuple[str, str]]
 
 
 class Worker:
@@ -316,10 +126,11 @@ class Worker:
             running_here=self._runs_here,
         )
         self._rng = rng or random.Random()
-        self._running: dict[str, _Running] = {}
+        self._running: dict[str, Run] = {}
+        self._leases = LeaseKeeper(queue, settings, self.member, self._running, metrics)
         self.member.count(self._handlers_running)
         self.member.describe(self._card)
-        self._commits: asyncio.Queue[_Commit] = asyncio.Queue()
+        self._commits: Batcher[Finish, tuple[str, str]] = Batcher(self._commit_batch)
         self._slot_freed = asyncio.Event()
         self._stopping = asyncio.Event()
         self._releasing = False
@@ -372,8 +183,8 @@ class Worker:
                 if self._stopping.is_set():
                     return
         helpers = [
-            asyncio.create_task(self._heartbeat_loop(), name="heartbeat"),
-            asyncio.create_task(self._commit_loop(), name="committer"),
+            asyncio.create_task(self._leases.run(), name="heartbeat"),
+            asyncio.create_task(self._commits.run(), name="committer"),
             asyncio.create_task(self._maintenance_loop(), name="maintenance"),
         ]
         self.member.join(self.queue, self.partitions, self.settings.fleet_tick_interval_s)
@@ -419,7 +230,7 @@ class Worker:
         try:
             await asyncio.wait_for(self._commits.join(), timeout_s)
         except TimeoutError:
-            self.log.error("worker.commits_unflushed", queued=self._commits.qsize())
+            self.log.error("worker.commits_unflushed", queued=self._commits.queued())
 
     # -- fetching ----------------------------------------------------------------------
 
@@ -667,13 +478,13 @@ class Worker:
             log=bound,
             executor=self.executors.for_stream(entry.stream),
         )
-        running = _Running(ctx)
+        running = Run(ctx)
         older = self._running.get(job.id)
         if older is not None:
             # The job was started again (its lease was taken over) while an older run of it
             # is still here: that run is fenced out -- its lease token is no longer the job's,
             # so it commits nothing -- and stopped. Only one run per job id is tracked.
-            self._lose_lease(older, "superseded", force=True)
+            self._leases.lose(older, "superseded", force=True)
         self._running[job.id] = running
         running.task = asyncio.create_task(self._run_job(running), name=f"job:{job.id}")
         if self.metrics is not None:
@@ -682,7 +493,7 @@ class Worker:
             )
             self.metrics.observe_started(job)
 
-    async def _run_job(self, running: _Running) -> None:  # noqa: PLR0912, PLR0915 - one outcome per exit path
+    async def _run_job(self, running: Run) -> None:  # noqa: PLR0912, PLR0915 - one outcome per exit path
         ctx = running.ctx
         structlog.contextvars.bind_contextvars(
             job_id=ctx.job.id,
@@ -707,7 +518,7 @@ class Worker:
                 if ctx.lease_lost:
                     finish = None
                 elif self._releasing:
-                    finish = self._finish(ctx, "queued", handoff=True)
+                    finish = outcomes.finish_of(ctx, "queued", handoff=True)
                     outcome_label = "released"
                 else:
                     raise
@@ -748,7 +559,7 @@ class Worker:
             self._release_slot(ctx.stream)
             self._count_run(running, outcome_label)
 
-    def _count_run(self, running: _Running, outcome_label: str) -> None:
+    def _count_run(self, running: Run, outcome_label: str) -> None:
         if self.metrics is None:
             return
         ctx, elapsed = running.ctx, time.monotonic() - running.started_at
@@ -778,7 +589,7 @@ class Worker:
             ) from None
 
     async def _advance(
-        self, ctx: JobContext, done: StageDone, running: _Running
+        self, ctx: JobContext, done: StageDone, running: Run
     ) -> tuple[Finish | None, str]:
         """Commit a stage's success: its ledger record, and the job queued on the next stage
         (advance.lua), resent until the answer is definite like a finish. Returns a finish
@@ -840,7 +651,7 @@ class Worker:
             )
             return None, "advanced"
         if result == "cancel_requested":
-            return self._finish(ctx, "canceled"), "canceled"
+            return outcomes.finish_of(ctx, "canceled"), "canceled"
         if result == "lease_lost":
             ctx.lease_lost = True
             return None, "lease_lost"
@@ -855,71 +666,24 @@ class Worker:
             ms = round((time.monotonic() - ctx.started_at) * 1000)
             with contextlib.suppress(LeaseLost, *REDIS_ERRORS, ResponseError):
                 await ctx.meter(WHOLE_JOB_UNIT, ms)
-        return self._finish(ctx, "canceled")
+        return outcomes.finish_of(ctx, "canceled")
 
     def _deferred(self, ctx: JobContext, exc: Deferred) -> Finish:
-        """A handler's "not now" (errors.Deferred): the job is parked on the delayed set for
-        the delay, and the attempt and the delivery this run used are written back in the
-        same fenced commit (a run that lost its job commits nothing, so the counts it read at
-        its start are still the job's)."""
         ctx.log.info("job.deferred", reason=exc.reason, delay_ms=exc.delay_ms)
-        fields = {
-            "attempts": str(max(ctx.job.attempts - 1, 0)),
-            "deliveries": str(max(ctx.job.deliveries - 1, 0)),
-            "deferrals": str(ctx.job.deferrals + 1),
-            "deferred_reason": exc.reason[:200],
-        }
-        return self._finish(ctx, "retrying", retry_delay_ms=exc.delay_ms, fields=fields)
-
-    def _finish(self, ctx: JobContext, target: str, **kw: Any) -> Finish:
-        return Finish(
-            job_id=ctx.job.id,
-            stream=ctx.stream,
-            entry_id=ctx.entry.entry_id,
-            token=ctx.token,
-            target=target,
-            claim_key=ctx.job.claim_key,
-            **kw,
-        )
+        return outcomes.deferred(ctx, exc)
 
     def _success(self, ctx: JobContext, outcome: JobOutcome) -> tuple[Finish, str]:
-        problem = outcome.problem() if isinstance(outcome, JobOutcome) else "not a JobOutcome"
-        if problem is not None:
-            exc = PermanentError(f"the handler's outcome cannot be stored: {problem}")
-            return self._failure(ctx, ErrorInfo(INVALID_OUTCOME, exc.message, False), exc)
-        model = outcome.model or ctx.job.model
-        compute_ms = outcome.compute_time_ms
-        if compute_ms is None:
-            compute_ms = round((time.monotonic() - ctx.started_at) * 1000)
-        fields: dict[str, str] = {
-            "artifacts": orjson.dumps(dict(outcome.artifacts)).decode(),
-            "compute_time_ms": str(compute_ms),
-            "model": model,
-            **outcome.extra_fields,
-        }
-        if self.stage is None:
-            # A whole job is one unit of work, metered with its completion (a staged job's
-            # stages meter their own units as they finish them).
-            fields[METER_PREFIX + WHOLE_JOB_UNIT] = str(compute_ms)
-        return self._finish(
-            ctx,
-            "completed",
-            event=EventType.COMPLETED.value,
-            event_extra=events.completed_fields(model, compute_ms, outcome.artifacts),
-            claim_status="COMPLETED",
-            fields=fields,
-        ), "completed"
+        elapsed_ms = round((time.monotonic() - ctx.started_at) * 1000)
+        answer = outcomes.success(ctx, outcome, elapsed_ms, whole_job=self.stage is None)
+        if isinstance(answer, ErrorInfo):
+            return self._failure(ctx, answer, PermanentError(answer.message))
+        return answer, "completed"
 
     def _failure(self, ctx: JobContext, info: ErrorInfo, exc: BaseException) -> tuple[Finish, str]:
         s = self.settings
         decision = decide_retry(
             info, ctx.attempt, s.max_attempts, s.retry_base_ms, s.retry_cap_ms, self._rng
         )
-        error_fields: Mapping[str, str] = {
-            "error_code": info.code,
-            "error_message": info.message[:1000],
-            "error_retryable": "1" if info.retryable else "0",
-        }
         if decision.retry:
             if self.metrics is not None:
                 self.metrics.retries.labels(ctx.stream.value, info.code).inc()
@@ -929,139 +693,57 @@ class Worker:
                 error=info.message,
                 delay_ms=decision.delay_ms,
             )
-            return self._finish(
-                ctx, "retrying", retry_delay_ms=decision.delay_ms, fields=error_fields
-            ), "retrying"
-        ctx.log.error(
-            "job.failed",
-            code=info.code,
-            error=info.message,
-            exc_info=exc if not info.retryable else None,
-        )
-        return self._finish(
-            ctx,
-            "failed",
-            event=EventType.FAILED.value,
-            event_extra=events.failed_fields(info.code, info.message, info.retryable),
-            claim_status="FAILED",
-            fields=error_fields,
-            dead_letter=info.code if info.code in s.dead_letter_codes else "",
-        ), "failed"
+        else:
+            ctx.log.error(
+                "job.failed",
+                code=info.code,
+                error=info.message,
+                exc_info=exc if not info.retryable else None,
+            )
+        return outcomes.failure(ctx, info, decision, s.dead_letter_codes)
 
     # -- committing ---------------------------------------------------------------------
 
     async def _commit(self, finish: Finish) -> tuple[str, str]:
-        done: asyncio.Future[tuple[str, str]] = asyncio.get_running_loop().create_future()
-        await self._commits.put(_Commit(finish, done))
-        return await done
+        """The commit of one outcome, batched with every other outcome ready at the same
+        moment into one round trip (shared/engine/batcher.py)."""
+        return await self._commits.submit(finish)
 
-    async def _commit_loop(self) -> None:
-        """Batches every outcome ready at the same moment into one round trip."""
-        while True:
-            batch = [await self._commits.get()]
-            while not self._commits.empty() and len(batch) < 256:
-                batch.append(self._commits.get_nowait())
-            try:
-                await self._commit_batch(batch)
-            finally:
-                for _ in batch:
-                    self._commits.task_done()
-
-    async def _commit_batch(self, batch: list[_Commit]) -> None:
+    async def _commit_batch(self, batch: list[Finish]) -> list[tuple[str, str]]:
         """Send a batch until each call has a definite answer. A lost reply or a transient
         error reply (OOM, READONLY) is resent with the same request id, which finish.lua
         recognises in the job's `last_commit` and answers as the first execution did; the
         run's lease token stays valid meanwhile (the heartbeat re-takes a lapsed lease nobody
         else took)."""
-        todo = list(batch)
+        answers: dict[int, tuple[str, str]] = {}
+        todo = list(range(len(batch)))
         delay = 0.05
         while todo:
             try:
-                results = await self.queue.finish_many([c.finish for c in todo])
+                results = await self.queue.finish_many([batch[i] for i in todo])
             except REDIS_ERRORS as exc:
                 self.log.warning("commit.redis_unavailable", error=str(exc), jobs=len(todo))
                 results = [("retry", str(exc))] * len(todo)
             except Exception as exc:
                 self.log.exception("commit.failed", jobs=len(todo))
                 results = [("error", str(exc))] * len(todo)
-            retry: list[_Commit] = []
-            for c, (outcome, detail) in zip(todo, results, strict=True):
+            retry: list[int] = []
+            for i, (outcome, detail) in zip(todo, results, strict=True):
                 if outcome == "retry":
-                    retry.append(c)
+                    retry.append(i)
                 elif outcome == "transient":
                     # OOM, READONLY...: the script did not run; the same call is sent again.
-                    retry.append(c)
+                    retry.append(i)
                     self.log.warning("commit.error_reply", error=detail[:300])
                     if self.metrics is not None:
                         self.metrics.error_replies.labels("commit", "transient").inc()
-                elif not c.done.done():
-                    c.done.set_result((outcome, detail))
+                else:
+                    answers[i] = (outcome, detail)
             todo = retry
             if todo:
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 2.0)
-
-    # -- heartbeats -----------------------------------------------------------------------
-
-    async def _heartbeat_loop(self) -> None:
-        interval = self.settings.heartbeat_interval_s
-        ttl_s = self.settings.lease_ttl_ms / 1000
-        # After a failed renewal the next one comes sooner: the first renewal once Redis is
-        # back is what keeps the jobs (reclaim.lua grants a lease TTL after an outage ends).
-        pause = interval
-        while True:
-            await asyncio.sleep(pause)
-            pause = interval
-            running = list(self._running.values())
-            if not running:
-                continue
-            leases = [
-                (r.ctx.job.id, r.ctx.stream, r.ctx.entry.entry_id, r.ctx.token) for r in running
-            ]
-            try:
-                replies = await self.queue.renew_many(
-                    leases, self.consumer, running=self.member.running()
-                )
-            except Exception as exc:
-                # Unknown, not lost: while Redis cannot answer, the jobs keep running. When it
-                # answers again, renew re-takes each lapsed lease nobody else took, and says
-                # 'lost' for the ones another worker took over (those then stop).
-                if self.metrics is not None:
-                    self.metrics.lease_renewal_failures.labels(type(exc).__name__).inc(len(running))
-                now = time.monotonic()
-                self.log.warning(
-                    "lease.renew_failed",
-                    error=str(exc)[:300],
-                    jobs=len(running),
-                    unconfirmed=sum(now - r.renewed_at > ttl_s for r in running),
-                )
-                pause = min(interval, 0.1)
-                continue
-            now = time.monotonic()
-            for r, reply in zip(running, replies, strict=True):
-                if reply == RENEW_UNKNOWN:
-                    if self.metrics is not None:
-                        self.metrics.lease_renewal_failures.labels("error_reply").inc()
-                    continue
-                if reply == 0:
-                    self._lose_lease(r, "not_holder")
-                else:
-                    r.renewed_at = now
-                    if reply == 2 and not r.ctx.cancel_requested:
-                        r.ctx.cancel_requested = True
-                        r.ctx.log.info("job.cancel_observed")
-
-    def _lose_lease(self, running: _Running, reason: str, *, force: bool = False) -> None:
-        """Stop a run that no longer holds its job. A committing run is left to its commit's
-        own fence unless `force` (a newer run of the job replaces it here)."""
-        if running.ctx.lease_lost or (running.committing and not force):
-            return
-        running.ctx.lease_lost = True
-        if self.metrics is not None:
-            self.metrics.lease_renewal_failures.labels(reason).inc()
-        running.ctx.log.error("lease.lost", reason=reason)
-        if running.task is not None:
-            running.task.cancel()
+        return [answers[i] for i in range(len(batch))]
 
     # -- periodic maintenance -------------------------------------------------------------
 

@@ -20,26 +20,20 @@ from pathlib import Path
 
 import structlog
 
-from splatq.shared.engine.keys import STREAMS, StreamName
+from splatq.shared.config.vocabulary import UP_LAYOUTS, parse_class_names
+from splatq.shared.engine.keys import StreamName
 
 log = structlog.get_logger("splatq.worker_classes")
-# `splatq up`'s worker layouts (SPLATQ_UP_LAYOUT; services/stack.py lays them out).
-UP_LAYOUTS = frozenset({"auto", "per-class", "shared"})
+__all__ = [
+    "UP_LAYOUTS", "class_label", "lower_if_synthesis_only", "lower_this_process",
+    "lowers_process", "parse_class_list",
+]  # fmt: skip
 
 
 def parse_class_list(raw: str | Iterable[str]) -> tuple[StreamName, ...]:
     """'interactive', 'synthesis', 'interactive,synthesis' or 'all' (also '' = all) → the
     classes in stream order; an unknown name raises ValueError."""
-    names = [n.strip() for n in (raw.split(",") if isinstance(raw, str) else raw) if n.strip()]
-    if not names or names == ["all"]:
-        return STREAMS
-    known = {s.value: s for s in STREAMS}
-    unknown = [n for n in names if n not in known]
-    if unknown:
-        raise ValueError(
-            f"unknown class {unknown[0]!r} (one or more of {', '.join(known)}, or 'all')"
-        )
-    return tuple(s for s in STREAMS if s.value in names)
+    return tuple(StreamName(name) for name in parse_class_names(raw))
 
 
 def class_label(classes: Iterable[StreamName]) -> str:

@@ -27,7 +27,9 @@ from splatq.shared.engine.stages import PipelineStage, cleared_ledger_fields, st
 from splatq.shared.maintenance.audit import AUDIT_TTL_MS, AuditRecord
 from splatq.shared.maintenance.keys import DeadLetterKind, MaintenanceKeys
 from splatq.shared.maintenance.policy import LetterView
+from splatq.shared.maintenance.scripts import MaintenanceScript
 from splatq.shared.vendor.circuits import vendor_circuits_closed
+from splatq.shared.webhooks.scripts import WebhookScript
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,6 +76,8 @@ class DeadLetterBook:
         self.redis = queue.redis
         self.schema = queue.keys
         self.keys = MaintenanceKeys(queue.keys)
+        queue.scripts.register(WebhookScript)
+        queue.scripts.register(MaintenanceScript)
 
     async def page(
         self, kind: DeadLetterKind, partition: int, after: str, count: int
@@ -169,7 +173,7 @@ class DeadLetterBook:
             f = s.letter.fields
             index = self.schema.webhook_dead_letter_index(p, f.get("tenant", ""), _target(f))
             return ScriptCall(
-                Script.WH_REDRIVE,
+                WebhookScript.WH_REDRIVE,
                 [
                     self.schema.webhook_due(p),
                     self.schema.webhook_dead_letters(p),
@@ -240,7 +244,7 @@ class DeadLetterBook:
             )
             args.append(f"{s.letter.entry_id} {f.get('message', '')}")
         reply = await self.queue.scripts.run(
-            ScriptCall(Script.DLQ_NOTE, keys, args), resend_for_s=5.0
+            ScriptCall(MaintenanceScript.DLQ_NOTE, keys, args), resend_for_s=5.0
         )
         if isinstance(reply, Exception):
             raise reply

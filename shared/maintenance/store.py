@@ -7,8 +7,10 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-from splatq.shared.engine.scripts import Script, ScriptCall, ScriptRunner
+from splatq.shared.engine.queue_types import raise_on_error
+from splatq.shared.engine.scripts import ScriptCall, ScriptRunner
 from splatq.shared.maintenance.keys import MaintenanceKeys
+from splatq.shared.maintenance.scripts import MaintenanceScript
 
 HISTORY_MAXLEN = 200
 FAILURE_BACKOFF_MS = 30_000
@@ -71,6 +73,7 @@ class TaskStore:
     def __init__(self, redis: Any, scripts: ScriptRunner, keys: MaintenanceKeys) -> None:
         self.redis = redis
         self.scripts = scripts
+        scripts.register(MaintenanceScript)
         self.keys = keys
 
     async def claim(
@@ -78,13 +81,13 @@ class TaskStore:
     ) -> Claim | Refusal:
         reply = await self.scripts.run(
             ScriptCall(
-                Script.TASK_CLAIM,
+                MaintenanceScript.TASK_CLAIM,
                 [self.keys.task_lock(task), self.keys.task_state(task)],
                 [holder, ttl_ms, slot_ms, trigger.value],
             ),
             resend_for_s=5.0,
         )
-        _raise_on_error(reply)
+        raise_on_error(reply)
         if reply[0] != "claimed":
             return Refusal(str(reply[0]), str(reply[1]))
         return Claim(task, str(reply[1]), str(reply[2]), str(reply[3]), reply[4] == "1")
@@ -93,7 +96,7 @@ class TaskStore:
         """Keep the lock (and save `checkpoint`); False when the run was taken over."""
         reply = await self.scripts.run(
             ScriptCall(
-                Script.TASK_RENEW,
+                MaintenanceScript.TASK_RENEW,
                 [self.keys.task_lock(claim.task), self.keys.task_state(claim.task)],
                 [
                     claim.token,
@@ -105,13 +108,13 @@ class TaskStore:
             ),
             resend_for_s=5.0,
         )
-        _raise_on_error(reply)
+        raise_on_error(reply)
         return bool(int(reply))
 
     async def finish(self, claim: Claim, outcome: Outcome, summary: str) -> bool:
         reply = await self.scripts.run(
             ScriptCall(
-                Script.TASK_FINISH,
+                MaintenanceScript.TASK_FINISH,
                 [
                     self.keys.task_lock(claim.task),
                     self.keys.task_state(claim.task),
@@ -128,7 +131,7 @@ class TaskStore:
             ),
             resend_for_s=5.0,
         )
-        _raise_on_error(reply)
+        raise_on_error(reply)
         return bool(reply[0] == "ok")
 
     async def state(self, task: str) -> TaskState:
@@ -138,8 +141,3 @@ class TaskStore:
         """The latest runs, newest first."""
         entries = await self.redis.xrevrange(self.keys.task_history(task), count=count)
         return [{"id": str(eid), **dict(fields)} for eid, fields in entries]
-
-
-def _raise_on_error(reply: Any) -> None:
-    if isinstance(reply, Exception):
-        raise reply

@@ -18,7 +18,7 @@ from redis.asyncio.cluster import RedisCluster
 from redis.asyncio.connection import SSLConnection
 from redis.exceptions import RedisError, ResponseError
 
-from splatq.shared.engine.keys import replay_key
+from splatq.shared.redis.replay import replay_key
 
 log = structlog.get_logger("splatq.redis")
 PROBE_TTL_MS = 10_000

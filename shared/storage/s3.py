@@ -23,14 +23,14 @@ from aiobotocore.config import AioConfig
 from aiobotocore.session import AioSession
 from botocore.exceptions import BotoCoreError, ClientError
 
-from splatq.shared.storage.store import (
-    TEMP_MARKER,
+from splatq.shared.storage.contract import (
     ObjectInfo,
     ObjectNotFound,
     Staged,
     StorageUnavailable,
     validate_key,
 )
+from splatq.shared.storage.files import TEMP_MARKER
 
 log = structlog.get_logger("splatq.storage")
 

@@ -10,9 +10,10 @@ from typing import Any
 
 from redis.asyncio import Redis
 
+from splatq.shared.engine.job_context import JobHandler
 from splatq.shared.engine.jobs import JobRecord
 from splatq.shared.engine.queue import JobQueue
-from splatq.shared.engine.worker import JobHandler, Worker
+from splatq.shared.engine.worker import Worker
 from splatq.shared.settings import Settings
 from splatq.shared.testing.poll import DEFAULT_TIMEOUT_S, eventually
 

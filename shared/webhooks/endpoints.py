@@ -17,10 +17,11 @@ from typing import Any
 
 import orjson
 
+from splatq.shared.engine.backend import Backend, Role
 from splatq.shared.engine.ids import ulid
-from splatq.shared.engine.queue import JobQueue
-from splatq.shared.engine.scripts import Arg, Script, ScriptCall
+from splatq.shared.engine.scripts import Arg, ScriptCall
 from splatq.shared.webhooks.headers import decode_headers, encode_headers
+from splatq.shared.webhooks.scripts import WebhookScript
 from splatq.shared.webhooks.signing import generate_secret
 
 ENDPOINT_ID_PREFIX = "ep_"
@@ -125,11 +126,14 @@ class EndpointLimitReached(Exception):
 
 
 class EndpointStore:
-    def __init__(self, queue: JobQueue) -> None:
-        self.queue = queue
-        self.redis = queue.redis
-        self.keys = queue.keys
-        self.settings = queue.settings
+    def __init__(self, store: Backend | Role) -> None:
+        """Over the job store's backend (any role of it will do: its backend is taken)."""
+        backend = store if isinstance(store, Backend) else store.backend
+        self.scripts = backend.scripts
+        self.scripts.register(WebhookScript)
+        self.redis = backend.redis
+        self.keys = backend.keys
+        self.settings = backend.settings
 
     # -- management (the API) -------------------------------------------------------------
 
@@ -149,7 +153,9 @@ class EndpointStore:
         args: list[Arg] = [endpoint_id, self.settings.webhook_max_endpoints, fields["events"]]
         for name, value in fields.items():
             args.extend((name, value))
-        reply = await self._run(Script.WH_EP_CREATE, tenant, endpoint_id, args, with_index=True)
+        reply = await self._run(
+            WebhookScript.WH_EP_CREATE, tenant, endpoint_id, args, with_index=True
+        )
         if reply == "limit":
             raise EndpointLimitReached(
                 f"a tenant may have {self.settings.webhook_max_endpoints} endpoints"
@@ -194,14 +200,16 @@ class EndpointStore:
             "1" if headers is not None else "0",
             encode_headers(headers or {}),
         ]
-        reply = await self._run(Script.WH_EP_UPDATE, tenant, endpoint_id, args, with_index=True)
+        reply = await self._run(
+            WebhookScript.WH_EP_UPDATE, tenant, endpoint_id, args, with_index=True
+        )
         return None if reply == "missing" else await self.get(tenant, endpoint_id)
 
     async def delete(self, tenant: str, endpoint_id: str) -> bool:
         if not is_endpoint_id(endpoint_id):
             return False
         reply = await self._run(
-            Script.WH_EP_DELETE, tenant, endpoint_id, [endpoint_id], with_index=True
+            WebhookScript.WH_EP_DELETE, tenant, endpoint_id, [endpoint_id], with_index=True
         )
         return bool(reply)
 
@@ -211,7 +219,7 @@ class EndpointStore:
             return None
         until = int(time.time() * 1000) + self.settings.webhook_rotation_overlap_s * 1000
         reply = await self._run(
-            Script.WH_EP_ROTATE, tenant, endpoint_id, [generate_secret(), until]
+            WebhookScript.WH_EP_ROTATE, tenant, endpoint_id, [generate_secret(), until]
         )
         return None if reply == "missing" else await self.get(tenant, endpoint_id)
 
@@ -267,7 +275,7 @@ class EndpointStore:
         for entry_id, message_id in entries:
             keys.extend((self.keys.webhook_message(partition, message_id), index))
             args.extend((entry_id, message_id))
-        reply = await self.queue.scripts.run(ScriptCall(Script.WH_REDRIVE, keys, args))
+        reply = await self.scripts.run(ScriptCall(WebhookScript.WH_REDRIVE, keys, args))
         if isinstance(reply, Exception):
             raise reply
         return int(reply[0]), int(reply[1]), int(reply[2])
@@ -289,7 +297,7 @@ class EndpointStore:
 
     def gate_call(self, tenant: str, endpoint_id: str) -> ScriptCall:
         return ScriptCall(
-            Script.WH_EP_GATE,
+            WebhookScript.WH_EP_GATE,
             [self.keys.webhook_endpoint(tenant, endpoint_id)],
             [PROBE_HOLD_MS, HALF_OPEN_DEFER_MS],
         )
@@ -314,7 +322,7 @@ class EndpointStore:
         health."""
         s = self.settings
         return ScriptCall(
-            Script.WH_EP_HEALTH,
+            WebhookScript.WH_EP_HEALTH,
             [self.keys.webhook_endpoint(tenant, endpoint_id)],
             [",".join(outcomes), s.webhook_breaker_consecutive, s.webhook_breaker_ratio,
              s.webhook_breaker_min_attempts, s.webhook_breaker_window_ms,
@@ -329,7 +337,7 @@ class EndpointStore:
     def log_call(self, tenant: str, endpoint_id: str, attempts: Sequence[str]) -> ScriptCall:
         """Append attempt records (JSON, oldest first) to the endpoint's attempt log."""
         return ScriptCall(
-            Script.WH_EP_LOG,
+            WebhookScript.WH_EP_LOG,
             [self.keys.webhook_endpoint(tenant, endpoint_id),
              self.keys.webhook_endpoint_attempts(tenant, endpoint_id)],
             [ATTEMPT_LOG_CAP, self.settings.job_retention_ms, *attempts],
@@ -352,7 +360,7 @@ class EndpointStore:
 
     async def _run(
         self,
-        script: Script,
+        script: WebhookScript,
         tenant: str,
         endpoint_id: str,
         args: Sequence[Arg],
@@ -360,7 +368,7 @@ class EndpointStore:
     ) -> Any:
         endpoint_key = self.keys.webhook_endpoint(tenant, endpoint_id)
         keys = [self.keys.webhook_endpoints(tenant), endpoint_key] if with_index else [endpoint_key]
-        reply = await self.queue.scripts.run(ScriptCall(script, keys, args))
+        reply = await self.scripts.run(ScriptCall(script, keys, args))
         if isinstance(reply, Exception):
             raise reply
         return reply

@@ -14,12 +14,14 @@ from typing import Any
 import orjson
 from redis.exceptions import ResponseError
 
+from splatq.shared.engine.backend import Backend, Role
 from splatq.shared.engine.ids import is_job_id, new_event_id
 from splatq.shared.engine.jobs import pairs_to_dict
-from splatq.shared.engine.queue import DeadLetter, JobQueue, parse_dead_letter_id
-from splatq.shared.engine.scripts import Arg, Script, ScriptCall
+from splatq.shared.engine.queue_types import DeadLetter, parse_dead_letter_id
+from splatq.shared.engine.scripts import Arg, ScriptCall
 from splatq.shared.redis.client import is_transient_reply
 from splatq.shared.webhooks.endpoints import EndpointStore, Health
+from splatq.shared.webhooks.scripts import WebhookScript
 from splatq.shared.webhooks.signing import generate_secret
 
 DISPATCHER_GROUP = "dispatcher"
@@ -86,12 +88,15 @@ def _target_of(dead_letter: Mapping[str, str]) -> str:
 
 
 class WebhookStore:
-    def __init__(self, queue: JobQueue) -> None:
-        self.queue = queue
-        self.redis = queue.redis
-        self.keys = queue.keys
-        self.settings = queue.settings
-        self.endpoints = EndpointStore(queue)
+    def __init__(self, store: Backend | Role) -> None:
+        """Over the job store's backend (any role of it will do: its backend is taken)."""
+        backend = store if isinstance(store, Backend) else store.backend
+        self.scripts = backend.scripts
+        self.scripts.register(WebhookScript)
+        self.redis = backend.redis
+        self.keys = backend.keys
+        self.settings = backend.settings
+        self.endpoints = EndpointStore(backend)
 
     async def setup(self) -> None:
         for p in range(self.settings.partitions):
@@ -160,8 +165,8 @@ class WebhookStore:
             self.keys.tenant_webhook_previous_secret(tenant),
         ]
         overlap_ms = self.settings.webhook_rotation_overlap_s * 1000
-        reply = await self.queue.scripts.run(
-            ScriptCall(Script.WH_SECRET_ROTATE, keys, [generate_secret(), overlap_ms])
+        reply = await self.scripts.run(
+            ScriptCall(WebhookScript.WH_SECRET_ROTATE, keys, [generate_secret(), overlap_ms])
         )
         if isinstance(reply, Exception):
             raise reply
@@ -185,9 +190,9 @@ class WebhookStore:
                 keys.append(self.keys.webhook_message(partition, m["id"]))
                 args.append(m["id"])
                 args.extend(m[name] for name in MESSAGE_FIELDS)
-            calls.append(ScriptCall(Script.WH_FANOUT, keys, args))
+            calls.append(ScriptCall(WebhookScript.WH_FANOUT, keys, args))
         created = 0
-        for reply in await self.queue.scripts.run_many(calls):
+        for reply in await self.scripts.run_many(calls):
             if isinstance(reply, Exception):
                 raise reply
             created += int(reply)
@@ -224,14 +229,14 @@ class WebhookStore:
     ) -> list[Message]:
         calls = [
             ScriptCall(
-                Script.WH_CLAIM,
+                WebhookScript.WH_CLAIM,
                 [self.keys.webhook_due(partition), self.keys.webhook_message(partition, mid)],
                 [mid, visibility_ms],
             )
             for mid in message_ids
         ]
         out: list[Message] = []
-        for mid, reply in zip(message_ids, await self.queue.scripts.run_many(calls), strict=True):
+        for mid, reply in zip(message_ids, await self.scripts.run_many(calls), strict=True):
             if isinstance(reply, Exception):
                 raise reply
             if reply[0] != "claimed":
@@ -265,7 +270,7 @@ class WebhookStore:
             job_log = (self.keys.job_deliveries(r.message.job_id) if of_job
                        else self.keys.webhook_message(p, r.message.id))  # fmt: skip
             calls.append(ScriptCall(
-                Script.WH_RESULT,
+                WebhookScript.WH_RESULT,
                 [self.keys.webhook_due(p), self.keys.webhook_message(p, r.message.id),
                  job_log, self.keys.webhook_dead_letters(p),
                  self.keys.webhook_dead_letter_index(p, r.message.tenant, r.message.target)],
@@ -304,7 +309,7 @@ class WebhookStore:
         failover, a slot in migration), with backoff, for up to `budget_s`."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + budget_s
-        replies = await self.queue.scripts.run_many(calls, resend_for_s=budget_s)
+        replies = await self.scripts.run_many(calls, resend_for_s=budget_s)
         delay = 0.05
         while True:
             again = [i for i, r in enumerate(replies) if isinstance(r, Exception)
@@ -313,7 +318,7 @@ class WebhookStore:
                 return replies
             await asyncio.sleep(delay)
             delay = min(delay * 2, 1.0)
-            resent = await self.queue.scripts.run_many([calls[i] for i in again])
+            resent = await self.scripts.run_many([calls[i] for i in again])
             for i, reply in zip(again, resent, strict=True):
                 replies[i] = reply
 

@@ -115,7 +115,7 @@ def test_the_context_holds_what_the_image_installs_and_nothing_else() -> None:
     tops = {f.split("/")[0] for f in files}
     assert tops == {"pyproject.toml", "README.md", "LICENSE", "shared", "services", "docker"}
     assert not [f for f in files if "__pycache__" in f or f.endswith(".pyc")]
-    assert "shared/settings.py" in files
+    assert "shared/settings/__init__.py" in files
     assert "docker/install.sh" in files
     # every COPY of the Dockerfile (not --from another stage) names something in the context
     for line in DOCKERFILE.read_text(encoding="utf-8").splitlines():

@@ -11,7 +11,8 @@ from aiohttp.test_utils import TestClient, TestServer
 from prometheus_client import CollectorRegistry
 from redis.asyncio import Redis
 
-from splatq.services.gateway.app import SETTINGS, create_app
+from splatq.services.gateway.app import create_app
+from splatq.services.gateway.appkeys import SETTINGS
 from splatq.services.gateway.server import GatewayRunner
 from splatq.shared.settings import Settings
 from splatq.shared.storage.store import LocalFileStorage

@@ -10,9 +10,9 @@ from typing import Any
 from aiohttp.test_utils import TestClient
 from redis.asyncio import Redis
 
+from splatq.shared.engine.job_context import JobContext
 from splatq.shared.engine.jobs import JobOutcome
 from splatq.shared.engine.queue import JobQueue
-from splatq.shared.engine.worker import JobContext
 from splatq.shared.testing import WorkerFactory, wait_for_status
 from tests.gateway.conftest import ADMIN, AUTH_A, ClientFactory
 from tests.gateway.test_api import form

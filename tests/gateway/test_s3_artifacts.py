@@ -11,9 +11,9 @@ from aiohttp.test_utils import TestClient, TestServer
 from prometheus_client import CollectorRegistry
 
 from splatq.services.gateway.app import create_app
+from splatq.shared.engine.job_context import JobContext
 from splatq.shared.engine.jobs import JobOutcome
 from splatq.shared.engine.queue import JobQueue
-from splatq.shared.engine.worker import JobContext
 from splatq.shared.settings import Settings
 from splatq.shared.storage.s3 import S3Storage
 from splatq.shared.storage.store import artifact_key

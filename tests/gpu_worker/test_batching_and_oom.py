@@ -10,7 +10,7 @@ import torch
 
 from splatq.services.gpu_worker.batching import DynamicBatcher, batch_ready, take_batch
 from splatq.services.gpu_worker.oom import DeviceOutOfMemory, MemoryBudget, forward_with_oom_split
-from splatq.shared.engine.errors import classify
+from splatq.shared.errors import classify
 
 
 def test_batch_leaves_when_full_or_when_the_oldest_waited_long_enough() -> None:

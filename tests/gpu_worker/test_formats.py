@@ -25,7 +25,7 @@ from splatq.services.gpu_worker.formats import (
     verify_splat,
 )
 from splatq.services.gpu_worker.gaussians import SH_C0, Gaussians
-from splatq.shared.engine.errors import PermanentError, classify
+from splatq.shared.errors import PermanentError, classify
 
 F64 = npt.NDArray[np.float64]
 

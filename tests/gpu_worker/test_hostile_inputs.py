@@ -12,8 +12,8 @@ import pytest
 from PIL import Image
 
 from splatq.services.gpu_worker.images import decode_image
-from splatq.shared.engine.errors import PermanentError
 from splatq.shared.engine.queue import JobQueue
+from splatq.shared.errors import PermanentError
 from splatq.shared.images.headers import DecodeLimits
 from splatq.shared.settings import Settings
 from splatq.shared.storage.store import LocalFileStorage

@@ -27,7 +27,6 @@ from cloudcoil.models.prometheus_operator.v1 import PodMonitor, PrometheusRule
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info
 from pydantic import BaseModel, ValidationError
 
-import splatq.shared.settings
 from splatq.services.gateway.app import create_app
 from splatq.services.gateway.metrics import GatewayMetrics
 from splatq.services.gpu_worker.metrics import GpuMetrics
@@ -36,11 +35,11 @@ from splatq.services.gpu_worker.remote.metrics import UpstreamMetrics
 from splatq.services.stack import ALL_WORKERS, WORKER_STAGES
 from splatq.services.webhook_dispatcher.metrics import DispatcherMetrics
 from splatq.shared.engine.keys import STREAMS, StreamName
+from splatq.shared.engine.metrics import EngineMetrics, register_build_info
 from splatq.shared.engine.stages import ALL_STAGES, DEVICE_STAGES, PIPELINE, parse_stage_list
 from splatq.shared.engine.worker_classes import parse_class_list
 from splatq.shared.maintenance.metrics import RedriverMetrics
-from splatq.shared.metrics import EngineMetrics, register_build_info
-from splatq.shared.settings import Settings
+from splatq.shared.settings import Settings, declared_variables
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 K8S = REPO_ROOT / "k8s"
@@ -276,10 +275,9 @@ def job_label_of(path: Path) -> str:
 
 
 def env_names_read_by_settings() -> set[str]:
-    """Every `"SPLATQ_..."` literal in shared/settings.py: the variables `from_env` reads."""
-    source = Path(splatq.shared.settings.__file__).read_text(encoding="utf-8")
-    names = set(re.findall(r'"(SPLATQ_[A-Z0-9_]+)"', source))
-    assert "SPLATQ_REDIS_URL" in names  # the scan itself works
+    """The variables `from_env` reads: every declared setting's (shared/settings/)."""
+    names = set(declared_variables())
+    assert "SPLATQ_REDIS_URL" in names  # the declarations are there
     return names
 
 

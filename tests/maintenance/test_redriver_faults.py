@@ -16,6 +16,7 @@ from splatq.shared.engine.events import EventType
 from splatq.shared.engine.queue import JobQueue
 from splatq.shared.engine.scripts import Script
 from splatq.shared.maintenance.scheduler import RunResult, Scheduler
+from splatq.shared.maintenance.scripts import MaintenanceScript
 from splatq.shared.maintenance.store import Claim, Refusal, TaskStore
 from splatq.shared.maintenance.tasks import redrive_sweep
 from splatq.shared.redis.client import connect
@@ -55,9 +56,9 @@ async def test_lost_replies_of_claim_redrive_and_checkpoint_redrive_each_entry_o
     after Redis ran them: the resends answer what the first executions did (the replay
     memo), so one run covers everything and nothing is redriven twice."""
     job_ids = await dead_letter_jobs(queue, redis, count=7)
-    proxy.lose_reply_after(sha(proxied, Script.TASK_CLAIM))
+    proxy.lose_reply_after(sha(proxied, MaintenanceScript.TASK_CLAIM))
     proxy.lose_reply_after(sha(proxied, Script.REDRIVE), times=2)
-    proxy.lose_reply_after(sha(proxied, Script.TASK_RENEW))
+    proxy.lose_reply_after(sha(proxied, MaintenanceScript.TASK_RENEW))
     result = await sweeper(proxied, tmp_path).run_now(SWEEP)
     assert isinstance(result, RunResult)
     assert result.outcome.value == "success", result.summary

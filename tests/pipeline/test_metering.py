@@ -12,11 +12,11 @@ import pytest
 from redis.asyncio import Redis
 
 from splatq.services.quota_settler.settler import Settler
-from splatq.shared.engine.errors import TransientError
 from splatq.shared.engine.jobs import JobRecord, JobSpec
 from splatq.shared.engine.metering import stage_unit
 from splatq.shared.engine.queue import JobQueue
 from splatq.shared.engine.stages import PIPELINE, PipelineStage
+from splatq.shared.errors import TransientError
 from splatq.shared.settings import Settings
 from splatq.shared.storage.store import LocalFileStorage
 from splatq.shared.tenants.charging import Verdict, verdict_for_status

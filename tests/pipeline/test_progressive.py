@@ -25,14 +25,14 @@ from splatq.services.gpu_worker.stages import QUICK_IMAGE, StageHandlers
 from splatq.services.webhook_dispatcher.dispatcher import Dispatcher
 from splatq.services.webhook_dispatcher.policy import endpoint_wants, should_deliver
 from splatq.shared.client.types import Event
-from splatq.shared.engine.errors import PermanentError, TransientError
 from splatq.shared.engine.events import TERMINAL_EVENTS, EventType
 from splatq.shared.engine.ids import partition_of
+from splatq.shared.engine.job_context import JobContext, JobHandler
 from splatq.shared.engine.jobs import JobRecord, JobSpec
 from splatq.shared.engine.keys import StreamName
 from splatq.shared.engine.queue import Advance, JobQueue
 from splatq.shared.engine.stages import PipelineStage
-from splatq.shared.engine.worker import JobContext, JobHandler
+from splatq.shared.errors import PermanentError, TransientError
 from splatq.shared.settings import Settings
 from splatq.shared.storage.store import (
     ARTIFACT_FILES,

@@ -7,12 +7,12 @@ from __future__ import annotations
 import orjson
 from redis.asyncio import Redis
 
-from splatq.shared.engine.errors import Deferred, LeaseLost
 from splatq.shared.engine.ids import partition_of
+from splatq.shared.engine.job_context import JobContext
 from splatq.shared.engine.jobs import JobOutcome
 from splatq.shared.engine.queue import JobQueue
 from splatq.shared.engine.scripts import Script, ScriptCall
-from splatq.shared.engine.worker import JobContext
+from splatq.shared.errors import Deferred, LeaseLost
 from splatq.shared.testing import WorkerFactory, wait_for_status
 from tests.helpers import spec
 

@@ -11,10 +11,10 @@ from redis.asyncio import Redis
 
 from splatq.shared.engine.events import EventType
 from splatq.shared.engine.fairness import TenantPolicy, home_partition
+from splatq.shared.engine.job_context import JobContext
 from splatq.shared.engine.jobs import JobOutcome, JobSpec
 from splatq.shared.engine.keys import StreamName
 from splatq.shared.engine.queue import Finish, JobQueue, Taken
-from splatq.shared.engine.worker import JobContext
 from splatq.shared.settings import Settings
 from splatq.shared.testing import WorkerFactory, eventually, wait_for_status
 

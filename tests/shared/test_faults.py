@@ -9,13 +9,14 @@ import asyncio
 import pytest
 from redis.asyncio import Redis
 
-from splatq.shared.engine.errors import CORRUPT_JOB_RECORD, INVALID_OUTCOME
 from splatq.shared.engine.fairness import TenantPolicy
+from splatq.shared.engine.job_context import JobContext
 from splatq.shared.engine.jobs import JobOutcome, JobSpec
 from splatq.shared.engine.keys import StreamName
 from splatq.shared.engine.queue import JobQueue
 from splatq.shared.engine.scripts import Script
-from splatq.shared.engine.worker import JobContext, Worker
+from splatq.shared.engine.worker import Worker
+from splatq.shared.errors import CORRUPT_JOB_RECORD, INVALID_OUTCOME
 from splatq.shared.redis.client import connect
 from splatq.shared.redis.server import RedisServer, free_port
 from splatq.shared.settings import Settings

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from splatq.shared.engine import group_commit
-from splatq.shared.engine.group_commit import GroupCommitWriter, _Write
+from splatq.shared.storage import group_commit
 from splatq.shared.storage.files import TEMP_MARKER
+from splatq.shared.storage.group_commit import GroupCommitWriter, _Write
 from splatq.shared.storage.store import LocalFileStorage
 from splatq.shared.testing import eventually
 from tests.helpers import REPO_ROOT

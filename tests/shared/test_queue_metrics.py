@@ -7,9 +7,9 @@ from __future__ import annotations
 import pytest
 from prometheus_client import CollectorRegistry
 
+from splatq.shared.engine.metrics import EngineMetrics, QueueMetrics
 from splatq.shared.engine.queue import JobQueue
 from splatq.shared.engine.stages import PipelineStage
-from splatq.shared.metrics import EngineMetrics, QueueMetrics
 from splatq.shared.redis.server import RedisServer
 from splatq.shared.testing import WorkerFactory, engine_settings, eventually, wait_for_status
 from tests.helpers import spec

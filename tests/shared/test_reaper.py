@@ -6,9 +6,9 @@ from prometheus_client import CollectorRegistry
 from redis.asyncio import Redis
 
 from splatq.shared.engine.keys import StreamName
+from splatq.shared.engine.metrics import EngineMetrics
 from splatq.shared.engine.queue import JobQueue
 from splatq.shared.engine.reaper import Reaper
-from splatq.shared.metrics import EngineMetrics
 from splatq.shared.testing import eventually
 from tests.helpers import spec
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import random
 
-from splatq.shared.engine.errors import ErrorInfo, PermanentError, TransientError, classify
 from splatq.shared.engine.retries import decide_retry, full_jitter_ms
+from splatq.shared.errors import ErrorInfo, PermanentError, TransientError, classify
 
 
 def test_full_jitter_stays_within_the_exponential_ceiling() -> None:

@@ -9,7 +9,7 @@ from splatq.shared.engine.fairness import TenantPolicy
 from splatq.shared.engine.jobs import JobSpec
 from splatq.shared.engine.keys import StreamName
 from splatq.shared.engine.queue import JobQueue
-from splatq.shared.tenant_metrics import OTHER, TenantMetrics, top_tenants
+from splatq.shared.engine.tenant_metrics import OTHER, TenantMetrics, top_tenants
 
 
 def test_top_tenants_keeps_n_and_sums_the_rest() -> None:

@@ -8,10 +8,10 @@ import asyncio
 import pytest
 from redis.asyncio import Redis
 
+from splatq.shared.engine.job_context import JobContext
 from splatq.shared.engine.jobs import JobOutcome
 from splatq.shared.engine.keys import STREAMS, StreamName
 from splatq.shared.engine.queue import JobQueue
-from splatq.shared.engine.worker import JobContext
 from splatq.shared.engine.worker_classes import (
     class_label,
     lowers_process,

@@ -16,10 +16,10 @@ from aiohttp.test_utils import TestClient
 from redis.asyncio import Redis
 
 from splatq.services.quota_settler.settler import SETTLER_GROUP, Boundary, Settler
-from splatq.shared.engine.errors import PermanentError
 from splatq.shared.engine.ids import partition_of
 from splatq.shared.engine.jobs import JobSpec
 from splatq.shared.engine.queue import JobQueue
+from splatq.shared.errors import PermanentError
 from splatq.shared.settings import Settings
 from splatq.shared.storage.store import LocalFileStorage
 from splatq.shared.tenants.quota import QuotaBook

@@ -9,10 +9,11 @@ from pathlib import Path
 
 import pytest
 
+from splatq.shared.engine.job_context import JobContext
 from splatq.shared.engine.jobs import JobOutcome, JobSpec
 from splatq.shared.engine.keys import STREAMS
 from splatq.shared.engine.queue import JobQueue
-from splatq.shared.engine.worker import JobContext, Worker
+from splatq.shared.engine.worker import Worker
 from splatq.shared.redis.client import connect
 from splatq.shared.redis.cluster_server import LocalCluster
 from splatq.shared.settings import Settings

@@ -372,7 +372,7 @@ async def test_health_folds_a_batch_of_results_in_order(queue: JobQueue) -> None
         return EndpointStore(JobQueue(queue.redis, queue.settings.with_overrides(**overrides)))
 
     async def fold(store: EndpointStore, endpoint_id: str, *outcomes: str) -> str:
-        reply = await store.queue.scripts.run(store.health_call("acme", endpoint_id, outcomes))
+        reply = await store.scripts.run(store.health_call("acme", endpoint_id, outcomes))
         return EndpointStore.parse_health(reply).state
 
     streaks = store_with(webhook_breaker_ratio=0.9)

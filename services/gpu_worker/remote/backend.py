@@ -30,7 +30,7 @@ from splatq.services.gpu_worker.remote.calls import Lane, RemoteCall
 from splatq.services.gpu_worker.remote.client import VendorClient
 from splatq.services.gpu_worker.remote.convert import to_gaussians
 from splatq.services.gpu_worker.remote.metrics import UpstreamMetrics
-from splatq.shared.engine.worker import JobContext
+from splatq.shared.engine.job_context import JobContext
 from splatq.shared.redis.client import connect
 from splatq.shared.settings import Settings
 from splatq.shared.storage.store import Storage, intermediate_key

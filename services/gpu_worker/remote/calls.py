@@ -25,14 +25,14 @@ from redis.asyncio import Redis
 
 from splatq.services.gpu_worker.remote.client import Answer, VendorClient
 from splatq.services.gpu_worker.remote.metrics import UpstreamMetrics
-from splatq.shared.engine.errors import (
+from splatq.shared.engine.job_context import JobContext
+from splatq.shared.errors import (
     Deferred,
     JobCanceled,
     LeaseLost,
     PermanentError,
     TransientError,
 )
-from splatq.shared.engine.worker import JobContext
 from splatq.shared.vendor.config import VendorConfig
 from splatq.shared.vendor.limiter import NotYet, Permit, VendorLane, new_permit_id
 from splatq.shared.vendor.notes import call_notes, note_name

@@ -14,7 +14,7 @@ import torch
 
 from splatq.services.gpu_worker.formats import PLY_MAX_HEADER_BYTES, SPLAT_ROW_BYTES
 from splatq.services.gpu_worker.gaussians import SH_C0, Gaussians
-from splatq.shared.engine.errors import PermanentError
+from splatq.shared.errors import PermanentError
 from splatq.shared.vendor.policy import UPSTREAM_OUTPUT_INVALID, UPSTREAM_OUTPUT_UNSUPPORTED
 
 GLB_MAGIC = b"glTF"

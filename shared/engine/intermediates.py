@@ -17,10 +17,10 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping
 import orjson
 import structlog
 
-from splatq.shared.engine.errors import PermanentError
 from splatq.shared.engine.jobs import JobRecord, StageDone
 from splatq.shared.engine.metering import stage_unit
 from splatq.shared.engine.stages import PipelineStage, StageRecord, StageStatus, stage_digest
+from splatq.shared.errors import PermanentError
 from splatq.shared.storage.store import Storage, intermediate_key, intermediate_prefix
 
 log = structlog.get_logger("splatq.intermediates")

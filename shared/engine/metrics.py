@@ -26,7 +26,7 @@ from splatq.shared.engine.keys import STREAMS
 from splatq.shared.engine.queue import JobQueue
 from splatq.shared.engine.stages import ALL_STAGES, FIRST_STAGE, PIPELINE
 from splatq.shared.engine.states import JobStatus
-from splatq.shared.tenant_metrics import TenantMetrics
+from splatq.shared.engine.tenant_metrics import TenantMetrics
 
 _DURATION_BUCKETS = (0.005, 0.025, 0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800)
 # Queue wait and end-to-end time: from sub-second (an idle interactive worker) to hours (a

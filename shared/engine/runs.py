@@ -1,0 +1,388 @@
+"""The runs' role (workers): take and start jobs, renew their leases, report progress,
+finish them, advance a staged job to its next stage, announce, meter and note."""
+
+from __future__ import annotations
+
+import random
+import secrets
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import orjson
+
+from splatq.shared.engine import events
+from splatq.shared.engine.backend import Role
+from splatq.shared.engine.events import EventType
+from splatq.shared.engine.fairness import fairness_of
+from splatq.shared.engine.ids import new_event_id, partition_of
+from splatq.shared.engine.jobs import JOB_FORMAT_VERSION, pairs_to_dict
+from splatq.shared.engine.keys import StreamName
+from splatq.shared.engine.queue_types import (
+    PARKING_CONSUMER,
+    RENEW_UNKNOWN,
+    Advance,
+    Finish,
+    StartResult,
+    StreamEntry,
+    Taken,
+    delayed_member,
+    parse_job_reply,
+    raise_on_error,
+)
+from splatq.shared.engine.scripts import Arg, Script, ScriptCall, new_request_id
+from splatq.shared.engine.stages import next_stage
+from splatq.shared.redis.client import is_transient_reply
+from splatq.shared.redis.replay import replay_key
+
+
+class Runs(Role):
+    async def start_many(
+        self,
+        entries: Sequence[StreamEntry],
+        tokens: Sequence[str],
+        consumer: str,
+        resend_for_s: float = 0.0,
+        running: int = 0,
+    ) -> list[StartResult]:
+        """Take the leases and move the jobs to processing (one round trip for all)."""
+        calls = []
+        for entry, token in zip(entries, tokens, strict=True):
+            job_id = entry.fields["job"]
+            calls.append(
+                ScriptCall(
+                    Script.START,
+                    [
+                        self.keys.job(job_id),
+                        self.keys.lease(job_id),
+                        self.keys.events(entry.partition),
+                        self.keys.stream(entry.partition, entry.stream),
+                        *self._entry_claim_keys(entry),
+                    ],
+                    [
+                        token,
+                        self.settings.lease_ttl_ms,
+                        consumer,
+                        entry.entry_id,
+                        self.group,
+                        new_event_id(),
+                        self.settings.events_maxlen,
+                        EventType.STARTED.value,
+                        self._claim_ttl_ms,
+                        EventType.FAILED.value,
+                        max(running, len(entries)),
+                        self.settings.dlq_maxlen,
+                        self.stage.value if self.stage is not None else "",
+                    ],
+                )
+            )
+        results: list[StartResult] = []
+        for reply in await self.scripts.run_many(calls, resend_for_s):
+            if isinstance(reply, Exception):
+                # An error reply (OOM, READONLY, a script error) concerns this entry alone:
+                # it stays pending and the reaper offers it again later.
+                results.append(StartResult("error", detail=f"{type(reply).__name__}: {reply}"))
+                continue
+            outcome = str(reply[0])
+            if outcome == "started":
+                job, problem = parse_job_reply(reply[1:])
+                results.append(StartResult("started" if job else "corrupt", job, problem))
+            else:
+                results.append(StartResult(outcome, detail=str(reply[1]) if len(reply) > 1 else ""))
+        return results
+
+    async def take(
+        self,
+        partition: int,
+        own: Mapping[StreamName, int],
+        idle: int,
+        consumer: str,
+        resend_for_s: float = 0.0,
+        running: int = 0,
+    ) -> list[Taken]:
+        """Read and start up to the free slots' worth of new entries in one round trip."""
+        nonce = f"{secrets.token_hex(8)}:"
+        request_id = new_request_id()
+        first_key = self.keys.stream(partition, StreamName.INTERACTIVE)
+        reply = await self.scripts.run(
+            ScriptCall(
+                Script.TAKE,
+                [
+                    first_key,
+                    self.keys.stream(partition, StreamName.SYNTHESIS),
+                    self.keys.events(partition),
+                    replay_key(first_key, request_id),
+                ],
+                [
+                    self.group,
+                    consumer,
+                    own.get(StreamName.INTERACTIVE, 0),
+                    own.get(StreamName.SYNTHESIS, 0),
+                    idle,
+                    self.settings.lease_ttl_ms,
+                    nonce,
+                    self.settings.events_maxlen,
+                    EventType.STARTED.value,
+                    self._claim_ttl_ms,
+                    self.keys.tag(partition),
+                    new_event_id(),
+                    JOB_FORMAT_VERSION,
+                    EventType.FAILED.value,
+                    self.settings.script_replay_ttl_ms,
+                    running,
+                    self.settings.dlq_maxlen,
+                    fairness_of(self.settings).quantum,
+                    self.settings.stream_maxlen,
+                    "0" if self.keys.stage else "1",  # only the entry streams are fed fairly
+                    *self._downstream(partition),
+                    self.stage.value if self.stage is not None else "",
+                ],
+                request_id,
+            ),
+            resend_for_s,
+        )
+        raise_on_error(reply)
+        taken: list[Taken] = []
+        for stream_name, entry_id, outcome, payload in reply:
+            stream = StreamName(stream_name)
+            if outcome == "held":
+                taken.append(Taken(StreamEntry(partition, stream, "", {}), outcome))
+            elif outcome == "started":
+                job, problem = parse_job_reply(payload)
+                raw = pairs_to_dict(payload)
+                entry = StreamEntry(
+                    partition,
+                    stream,
+                    entry_id,
+                    {"job": raw["id"], "claim": raw.get("claim_key", "")},
+                )
+                if job is None:
+                    taken.append(Taken(entry, "corrupt", None, nonce + entry_id, problem))
+                else:
+                    taken.append(Taken(entry, outcome, job, nonce + entry_id))
+            elif outcome == "raw":
+                taken.append(
+                    Taken(StreamEntry(partition, stream, entry_id, pairs_to_dict(payload)), outcome)
+                )
+            elif outcome == "dead_lettered":
+                taken.append(
+                    Taken(StreamEntry(partition, stream, entry_id, {}), outcome, detail=payload[0])
+                )
+            else:
+                taken.append(Taken(StreamEntry(partition, stream, entry_id, {}), outcome))
+        return taken
+
+    async def renew_many(
+        self,
+        leases: Sequence[tuple[str, StreamName, str, str]],
+        consumer: str,
+        running: int = 0,
+    ) -> list[int]:
+        """Renew (job_id, stream, entry_id, token) leases: 0 lost, 1 ok, 2 cancel requested,
+        -1 unknown (an error reply for that lease alone: it is tried again next tick).
+        `running`: the jobs the consumer's process runs (`co_running`; at least the leases)."""
+        calls = [
+            ScriptCall(
+                Script.RENEW,
+                [
+                    self.keys.lease(job_id),
+                    self.keys.job(job_id),
+                    self.keys.stream(partition_of(job_id), stream),
+                ],
+                [
+                    token,
+                    self.settings.lease_ttl_ms,
+                    self.group,
+                    consumer,
+                    entry_id,
+                    max(running, len(leases)),
+                ],
+            )
+            for job_id, stream, entry_id, token in leases
+        ]
+        replies = await self.scripts.run_many(calls)
+        return [RENEW_UNKNOWN if isinstance(r, Exception) else int(r) for r in replies]
+
+    async def report_progress(
+        self, job_id: str, token: str, progress: float, stage: str, emit: bool
+    ) -> int:
+        partition = partition_of(job_id)
+        reply = await self.scripts.run(
+            ScriptCall(
+                Script.PROGRESS,
+                [self.keys.job(job_id), self.keys.lease(job_id), self.keys.events(partition)],
+                [
+                    token,
+                    progress,
+                    stage,
+                    "1" if emit else "0",
+                    new_event_id(),
+                    self.settings.events_maxlen,
+                    EventType.PROGRESS.value,
+                    events.progress_fields(progress, stage),
+                ],
+            )
+        )
+        raise_on_error(reply)
+        return int(reply)
+
+    async def finish_many(self, requests: Sequence[Finish]) -> list[tuple[str, str]]:
+        """Commit many exits from processing in one round trip; (outcome, status) each, or
+        ('transient', why) for an error reply worth resending (OOM, READONLY) and ('error',
+        why) for one that is not."""
+        calls = []
+        for f in requests:
+            partition = partition_of(f.job_id)
+            keys = [
+                self.keys.job(f.job_id),
+                self.keys.lease(f.job_id),
+                self.keys.stream(partition, f.stream),
+                self.keys.events(partition),
+                self.keys.delayed(partition),
+            ]
+            if f.claim_key:
+                keys.append(f.claim_key)
+            if f.dead_letter:
+                keys.append(self.keys.dead_letters(partition))
+            args: list[Arg] = [
+                f.token,
+                f.entry_id,
+                self.group,
+                f.target,
+                f.event,
+                new_event_id(),
+                self.settings.events_maxlen,
+                f.event_extra,
+                self.settings.job_retention_ms,
+                f.retry_delay_ms,
+                delayed_member(f.stream, f.job_id, self.keys.stage),
+                f.claim_status,
+                # Jittered, so the cached results of a burst do not all expire together.
+                int(self._claim_ttl_ms * random.uniform(0.9, 1.0)),
+                "handoff" if f.handoff else "ack",
+                PARKING_CONSUMER,
+                self.settings.lease_ttl_ms + 1,
+                EventType.CANCELED.value,
+                f.request_id,
+                f.dead_letter,
+                self.settings.dlq_maxlen,
+            ]
+            for name, value in (f.fields or {}).items():
+                args.extend((name, value))
+            calls.append(ScriptCall(Script.FINISH, keys, args, f.request_id))
+        out = []
+        for reply in await self.scripts.run_many(calls):
+            if isinstance(reply, Exception):  # one bad call must not fail its batch-mates
+                out.append(("transient" if is_transient_reply(reply) else "error", str(reply)))
+            else:
+                out.append((str(reply[0]), str(reply[1]) if len(reply) > 1 else ""))
+        return out
+
+    def _downstream(self, partition: int) -> list[Arg]:
+        """take.lua's backpressure arguments: the next stage's stream key without its class,
+        and how many entries it may hold per class (a monolithic or last stage: none)."""
+        bound = self.settings.stage_buffer
+        after = next_stage(self.stage) if self.stage is not None else None
+        if not bound or after is None:
+            return ["", 0]
+        key = self.keys.stage_stream(partition, after.value, StreamName.INTERACTIVE)
+        return [key[: -len(StreamName.INTERACTIVE.value)], bound]
+
+    async def advance(self, a: Advance) -> tuple[str, str]:
+        """Commit a stage run's success and queue the job on the next stage (advance.lua):
+        ('ok', next entry id) | ('lease_lost', '') | ('cancel_requested', '') |
+        ('illegal', status) | ('transient', why) | ('error', why)."""
+        partition = partition_of(a.job_id)
+        options: dict[str, Any] = {
+            "stage": a.stage,
+            "next": a.next_stage,
+            "record": a.record,
+            "progress": a.progress,
+            "event_id": new_event_id(),
+            "event": EventType.PROGRESS.value,
+            "extra": a.event_extra,
+            "events_maxlen": self.settings.events_maxlen,
+            "stream_maxlen": self.settings.stream_maxlen,
+            "fields": [v for pair in (a.fields or {}).items() for v in pair],
+        }
+        if a.also_event:
+            options["also"] = {
+                "event_id": new_event_id(),
+                "event": a.also_event,
+                "extra": a.also_extra,
+            }
+        call = ScriptCall(
+            Script.ADVANCE,
+            [
+                self.keys.job(a.job_id),
+                self.keys.lease(a.job_id),
+                self.keys.stream(partition, a.stream),
+                self.keys.events(partition),
+                self.keys.stage_stream(partition, a.next_stage, a.stream),
+            ],
+            [a.token, a.entry_id, self.group, a.request_id, orjson.dumps(options).decode()],
+            a.request_id,
+        )
+        reply = (await self.scripts.run_many([call]))[0]
+        if isinstance(reply, Exception):
+            return ("transient" if is_transient_reply(reply) else "error", str(reply))
+        return str(reply[0]), str(reply[1]) if len(reply) > 1 else ""
+
+    async def announce(
+        self,
+        job_id: str,
+        token: str,
+        event: str,
+        extra: str,
+        fields: Mapping[str, str] | None = None,
+    ) -> str:
+        """A running job's one-off event (announce.lua): 'ok' | 'already' | 'lease_lost'."""
+        partition = partition_of(job_id)
+        args: list[Arg] = [token, event, new_event_id(), self.settings.events_maxlen, extra]
+        for name, value in (fields or {}).items():
+            args.extend((name, value))
+        reply = await self.scripts.run(
+            ScriptCall(Script.ANNOUNCE, [self.keys.job(job_id), self.keys.events(partition)], args),
+            resend_for_s=5.0,
+        )
+        raise_on_error(reply)
+        return str(reply[0])
+
+    async def meter(self, job_id: str, token: str, unit: str, ms: int) -> str:
+        """Record a unit of work the run finished (meter.lua): 'ok' | 'already' |
+        'lease_lost'. See shared/engine/metering.py."""
+        reply = await self.scripts.run(
+            ScriptCall(Script.METER, [self.keys.job(job_id)], [token, unit, max(0, int(ms))]),
+            resend_for_s=5.0,
+        )
+        raise_on_error(reply)
+        return str(reply[0])
+
+    async def note(
+        self,
+        job_id: str,
+        token: str,
+        notes: Mapping[str, str],
+        event: str = "",
+        extra: str = "",
+    ) -> str:
+        """Write a running job's notes (`note.<name>`, note.lua), fenced by the run's lease,
+        optionally with an event: 'ok' | 'cancel_requested' | 'lease_lost'."""
+        partition = partition_of(job_id)
+        args: list[Arg] = [token, event, new_event_id(), self.settings.events_maxlen, extra]
+        for name, value in notes.items():
+            args.extend((f"note.{name}", value))
+        keys = [self.keys.job(job_id), self.keys.events(partition)]
+        reply = await self.scripts.run(ScriptCall(Script.NOTE, keys, args), resend_for_s=5.0)
+        raise_on_error(reply)
+        if str(reply[0]) == "ok":
+            return "cancel_requested" if str(reply[1]) == "1" else "ok"
+        return str(reply[0])
+
+    async def wait_for_new(
+        self, partition: int, streams: Sequence[StreamName], consumer: str, block_ms: int
+    ) -> list[StreamEntry]:
+        """Blocking XREADGROUP `>` for at most one new entry per stream (the idle worker's
+        wait; `take` reads the rest). Blocking reads cannot run inside a script."""
+        keys: dict[Any, Any] = {self.keys.stream(partition, s): ">" for s in streams}
+        reply = await self.redis.xreadgroup(self.group, consumer, keys, count=1, block=block_ms)
+        return self._entries(partition, reply)

@@ -1,0 +1,32 @@
+"""The webhooks' Lua scripts (`shared/webhooks/lua/`): the delivery outbox (fan-out, claim,
+result, redrive), the tenant's signing secret and the endpoints (create, update, rotate,
+delete, the circuit breaker's gate and health, the delivery log). Registered with the job
+store's script runner by the stores that use them."""
+
+from __future__ import annotations
+
+from splatq.shared.engine.scripts import LuaScript
+
+
+class WebhookScript(LuaScript):
+    WH_FANOUT = "wh_fanout"
+    WH_CLAIM = "wh_claim"
+    WH_RESULT = "wh_result"
+    WH_REDRIVE = "wh_redrive"
+    WH_SECRET_ROTATE = "wh_secret_rotate"
+    WH_EP_CREATE = "wh_ep_create"
+    WH_EP_UPDATE = "wh_ep_update"
+    WH_EP_ROTATE = "wh_ep_rotate"
+    WH_EP_DELETE = "wh_ep_delete"
+    WH_EP_GATE = "wh_ep_gate"
+    WH_EP_HEALTH = "wh_ep_health"
+    WH_EP_LOG = "wh_ep_log"
+
+    @classmethod
+    def package(cls) -> str:
+        return "splatq.shared.webhooks"
+
+    @property
+    def replay_safe(self) -> bool:
+        # The endpoint gate is a pure compare-and-set: a resend answers the same.
+        return self is WebhookScript.WH_EP_GATE
