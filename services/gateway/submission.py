@@ -211,11 +211,19 @@ async def read_capped(request: web.Request, max_bytes: int, timeout_s: float) ->
     """The whole body: 413 past `max_bytes`, 408 `request_timeout` unless all of it arrived
     within `timeout_s` (a slow upload holds a connection and a handler: SPLATQ_BODY_TIMEOUT_S).
     The 408 closes the connection (`app.observe`)."""
+    content = request.content
+    if content.is_eof():
+        # The whole body is already here (a small upload arrives with its headers): no wait,
+        # so no deadline to arm.
+        body = content.read_nowait(-1)
+        if len(body) > max_bytes:
+            raise _too_large(max_bytes)
+        return body
     chunks: list[bytes] = []
     size = 0
     try:
         async with asyncio.timeout(timeout_s):
-            async for chunk in request.content.iter_chunked(64 * 1024):
+            async for chunk in content.iter_chunked(64 * 1024):
                 size += len(chunk)
                 if size > max_bytes:
                     raise _too_large(max_bytes)

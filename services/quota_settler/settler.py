@@ -34,6 +34,7 @@ import orjson
 import structlog
 from redis.exceptions import RedisError, ResponseError
 
+from splatq.shared.backoff import Backoff
 from splatq.shared.engine.ids import is_job_id, partition_of
 from splatq.shared.engine.metering import metered_units
 from splatq.shared.engine.queue import JobQueue
@@ -114,18 +115,17 @@ class Settler:
         log.info("settler.stopped")
 
     async def _loop(self, name: str, once: Callable[[], object]) -> None:
-        delay = 0.05
+        backoff = Backoff(cap_s=RETRY_MAX_S)
         while not self._stopping.is_set():
             try:
                 await once()  # type: ignore[misc]
-                delay = 0.05
+                backoff.reset()
             except asyncio.CancelledError:
                 raise
             except (RedisError, OSError) as exc:
                 log.warning("settler.redis_error", loop=name, error=type(exc).__name__)
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._stopping.wait(), delay)
-                delay = min(delay * 2, RETRY_MAX_S)
+                    await asyncio.wait_for(self._stopping.wait(), backoff.next())
 
     async def _sweep_then_wait(self) -> None:
         await self.sweep()

@@ -32,6 +32,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import DataError, NoScriptError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from splatq.shared.backoff import Backoff
 from splatq.shared.engine.states import lua_transition_table
 from splatq.shared.redis.replay import replay_key
 
@@ -266,15 +267,14 @@ class ScriptRunner:
     async def _send(self, calls: Sequence[ScriptCall], resend_for_s: float) -> list[Any]:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + resend_for_s
-        delay = 0.05
+        backoff = Backoff()
         while True:
             try:
                 return await self._execute(calls)
             except (RedisConnectionError, RedisTimeoutError, OSError):
-                if loop.time() + delay > deadline:
+                if loop.time() + backoff.delay_s > deadline:
                     raise
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, 1.0)
+                await backoff.sleep()
 
     def _command(self, call: ScriptCall) -> list[Any]:
         """EVALSHA's arguments: the memoized scripts get their memo key and TTL appended."""

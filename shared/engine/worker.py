@@ -19,6 +19,7 @@ from typing import Any, TypeVar
 import structlog
 from redis.exceptions import ResponseError
 
+from splatq.shared.backoff import Backoff
 from splatq.shared.engine import events, outcomes
 from splatq.shared.engine.batcher import Batcher
 from splatq.shared.engine.cpu_priority import ClassExecutors, ThreadSetup
@@ -630,7 +631,7 @@ class Worker:
             also_extra=done.also_extra,
         )
         running.committing = True
-        delay = 0.05
+        backoff = Backoff(cap_s=2.0)
         while True:
             try:
                 result, detail = await self.queue.advance(request)
@@ -639,8 +640,7 @@ class Worker:
             if result not in ("retry", "transient"):
                 break
             self.log.warning("advance.resend", error=detail[:300])
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, 2.0)
+            await backoff.sleep()
         if result == "ok":
             ctx.log.info(
                 "stage.advanced",
@@ -717,7 +717,7 @@ class Worker:
         else took)."""
         answers: dict[int, tuple[str, str]] = {}
         todo = list(range(len(batch)))
-        delay = 0.05
+        backoff = Backoff(cap_s=2.0)
         while todo:
             try:
                 results = await self.queue.finish_many([batch[i] for i in todo])
@@ -741,8 +741,7 @@ class Worker:
                     answers[i] = (outcome, detail)
             todo = retry
             if todo:
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, 2.0)
+                await backoff.sleep()
         return [answers[i] for i in range(len(batch))]
 
     # -- periodic maintenance -------------------------------------------------------------

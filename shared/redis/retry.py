@@ -11,6 +11,7 @@ from typing import TypeVar
 
 import structlog
 
+from splatq.shared.backoff import Backoff
 from splatq.shared.redis.client import is_refused_for_now
 
 T = TypeVar("T")
@@ -24,13 +25,12 @@ async def while_refused(call: Callable[[], Awaitable[T]], budget_s: float, what:
     `budget_s` has passed; then the last error is raised."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + budget_s
-    delay = FIRST_DELAY_S
+    backoff = Backoff(FIRST_DELAY_S, MAX_DELAY_S)
     while True:
         try:
             return await call()
         except Exception as exc:
-            if not is_refused_for_now(exc) or loop.time() + delay > deadline:
+            if not is_refused_for_now(exc) or loop.time() + backoff.delay_s > deadline:
                 raise
-            log.info("redis.retrying", what=what, error=repr(exc), retry_in_s=delay)
-        await asyncio.sleep(delay)
-        delay = min(delay * 2, MAX_DELAY_S)
+            log.info("redis.retrying", what=what, error=repr(exc), retry_in_s=backoff.delay_s)
+        await backoff.sleep()

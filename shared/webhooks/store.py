@@ -14,6 +14,7 @@ from typing import Any
 import orjson
 from redis.exceptions import ResponseError
 
+from splatq.shared.backoff import Backoff
 from splatq.shared.engine.backend import Backend, Role
 from splatq.shared.engine.ids import is_job_id, new_event_id
 from splatq.shared.engine.jobs import pairs_to_dict
@@ -310,14 +311,13 @@ class WebhookStore:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + budget_s
         replies = await self.scripts.run_many(calls, resend_for_s=budget_s)
-        delay = 0.05
+        backoff = Backoff()
         while True:
             again = [i for i, r in enumerate(replies) if isinstance(r, Exception)
                      and is_transient_reply(r)]  # fmt: skip
-            if not again or loop.time() + delay > deadline:
+            if not again or loop.time() + backoff.delay_s > deadline:
                 return replies
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, 1.0)
+            await backoff.sleep()
             resent = await self.scripts.run_many([calls[i] for i in again])
             for i, reply in zip(again, resent, strict=True):
                 replies[i] = reply
