@@ -17,20 +17,18 @@ import socket
 import time
 from collections.abc import Coroutine
 from typing import Any
-from urllib.parse import urlsplit
 
 import aiohttp
 import structlog
 from redis.exceptions import RedisError
 
+from splatq.services.webhook_dispatcher.messages import messages_of, target_key, tenant_key
 from splatq.services.webhook_dispatcher.metrics import DispatcherMetrics
 from splatq.services.webhook_dispatcher.policy import (
     Decision,
     classify_response,
     defer_delay_ms,
-    endpoint_wants,
     retry_or_fail,
-    should_deliver,
     tenant_limit,
 )
 from splatq.shared import tracing
@@ -180,7 +178,7 @@ class Dispatcher:
         batch = []
         for (entry_id, fields), (url, events) in zip(entries, replies, strict=False):
             endpoints = subscriptions.get(fields.get("tenant", "")) or {}
-            messages = _messages_of(fields, url or "", events or "", endpoints, created_ms)
+            messages = messages_of(fields, url or "", events or "", endpoints, created_ms)
             batch.append((entry_id, messages))
         await self.store.fan_out(partition, batch)
 
@@ -259,17 +257,17 @@ class Dispatcher:
         slow receiver), 'tenant_busy' when its tenant has (slow receivers, one level up),
         else ''. Such a message waits a moment without spending an attempt or a slot, so it
         never holds slots that other targets or tenants could use."""
-        if self._busy.get(_target_key(m), 0) >= self.settings.webhook_concurrency_per_endpoint:
+        if self._busy.get(target_key(m), 0) >= self.settings.webhook_concurrency_per_endpoint:
             return "busy"
-        tenant = _tenant_key(m)
+        tenant = tenant_key(m)
         if self._tenant_busy.get(tenant, 0) >= self._tenant_limit(tenant):
             return "tenant_busy"
         return ""
 
     def _count(self, m: Message, change: int) -> None:
         """Count an attempt in (+1) or out (-1) of its target's and its tenant's shares."""
-        tenant = _tenant_key(m)
-        for counts, key in ((self._busy, _target_key(m)), (self._tenant_busy, tenant)):
+        tenant = tenant_key(m)
+        for counts, key in ((self._busy, target_key(m)), (self._tenant_busy, tenant)):
             left = counts.pop(key, 0) + change
             if left > 0:
                 counts[key] = left
@@ -330,9 +328,9 @@ class Dispatcher:
                 reason = "circuit_open"
             elif gate.verdict == "busy":
                 limit = self.settings.webhook_concurrency_per_endpoint
-                delay, reason = self._busy_delay(_target_key(m), limit), "target_busy"
+                delay, reason = self._busy_delay(target_key(m), limit), "target_busy"
             else:
-                tenant, reason = _tenant_key(m), "tenant_busy"
+                tenant, reason = tenant_key(m), "tenant_busy"
                 if tenant in self._latency_ms:
                     delay = self._busy_delay(tenant, self._tenant_limit(tenant))
                 else:
@@ -473,7 +471,7 @@ class Dispatcher:
             # ValueError: a URL aiohttp cannot use (registered before a stricter check).
             decision = self._transient(m, f"{type(exc).__name__}: {exc}")
         latency_ms = round((time.perf_counter() - started) * 1000, 1)
-        for key in (_target_key(m), _tenant_key(m)):
+        for key in (target_key(m), tenant_key(m)):
             self._latency_ms[key] = 0.8 * self._latency_ms.get(key, latency_ms) + 0.2 * latency_ms
         attempt = self._attempt_record(
             m, url, status, latency_ms, decision.outcome, decision.reason, snippet
@@ -582,52 +580,6 @@ class Dispatcher:
             s.webhook_retry_cap_ms,
             self._rng,
         )
-
-
-def _messages_of(
-    fields: dict[str, str], url: str, events: str, endpoints: dict[str, str], created_ms: str
-) -> list[dict[str, str]]:
-    """The delivery messages of one outbox event: to the job's webhook_url if its filter
-    wants the event, and to every endpoint of the tenant subscribed to it; a test event
-    (an `endpoint` field) to that endpoint alone, if it still exists."""
-    event_type = fields.get("type", "")
-    event_id = fields.get("event_id", "")
-    if not event_type or not event_id:
-        return []
-    common = {
-        "event_id": event_id,
-        "event_type": event_type,
-        "job_id": fields.get("job_id", ""),
-        "tenant": fields.get("tenant", ""),
-        "payload": fields.get("payload", "{}"),
-        "created_ms": created_ms,
-    }
-
-    def to_endpoint(endpoint_id: str) -> dict[str, str]:
-        return {**common, "id": f"{event_id}:{endpoint_id}", "url": "", "target": endpoint_id}
-
-    only = fields.get("endpoint", "")
-    if only:
-        return [to_endpoint(only)] if only in endpoints else []
-    messages: list[dict[str, str]] = []
-    if url and should_deliver(event_type, tuple(e for e in events.split(",") if e)):
-        messages.append({**common, "id": f"{event_id}:job", "url": url, "target": "job"})
-    for endpoint_id, wanted in sorted(endpoints.items()):
-        if endpoint_wants(event_type, tuple(e for e in wanted.split(",") if e)):
-            messages.append(to_endpoint(endpoint_id))
-    return messages
-
-
-def _target_key(m: Message) -> str:
-    """What per-target concurrency counts: the endpoint, or the host of a job's webhook_url."""
-    if m.endpoint_id:
-        return m.endpoint_id
-    return "url:" + (urlsplit(m.url).netloc or m.url)
-
-
-def _tenant_key(m: Message) -> str:
-    """What per-tenant shares count (kept apart from target keys in the shared tables)."""
-    return "tenant:" + m.tenant
 
 
 async def _pause_after(exc: Exception, event: str, delay: float, **fields: Any) -> float:

@@ -13,10 +13,11 @@ import orjson
 from splatq.shared.engine import events
 from splatq.shared.engine.events import EventType
 from splatq.shared.engine.job_context import JobContext
-from splatq.shared.engine.jobs import JobOutcome
+from splatq.shared.engine.jobs import JobOutcome, StageDone
 from splatq.shared.engine.metering import METER_PREFIX, WHOLE_JOB_UNIT
-from splatq.shared.engine.queue_types import Finish
+from splatq.shared.engine.queue_types import Advance, Finish
 from splatq.shared.engine.retries import RetryDecision
+from splatq.shared.engine.stages import PIPELINE, PipelineStage, StageRecord, StageStatus
 from splatq.shared.errors import INVALID_OUTCOME, Deferred, ErrorInfo
 
 
@@ -101,3 +102,37 @@ def failure(
         fields=error_fields,
         dead_letter=info.code if info.code in dead_letter_codes else "",
     ), "failed"
+
+
+def advance_of(
+    ctx: JobContext, done: StageDone, stage: PipelineStage, after: PipelineStage, now_ms: int
+) -> Advance:
+    """The advance of a stage that succeeded: its ledger record and the job queued on
+    `after`, with the progress and the stage event that says so."""
+    record = StageRecord(
+        status=StageStatus.SUCCEEDED,
+        attempts=ctx.attempt,
+        started_at_ms=ctx.job.started_at_ms,
+        finished_at_ms=now_ms,
+        digest=done.digest,
+        outputs=done.outputs,
+        skipped=done.skipped,
+        work_ms=done.work_ms,
+        facts=done.facts,
+    )
+    position = PIPELINE.index(stage) + 1
+    return Advance(
+        job_id=ctx.job.id,
+        stream=ctx.stream,
+        entry_id=ctx.entry.entry_id,
+        token=ctx.token,
+        stage=stage.value,
+        next_stage=after.value,
+        record=record.to_json(),
+        progress=round(position / len(PIPELINE), 4),
+        event_extra=events.stage_fields(
+            position / len(PIPELINE), stage.value, StageStatus.SUCCEEDED.value, after.value
+        ),
+        also_event=done.also_event,
+        also_extra=done.also_extra,
+    )

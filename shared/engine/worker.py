@@ -19,12 +19,10 @@ from typing import Any, TypeVar
 import structlog
 from redis.exceptions import ResponseError
 
-from splatq.shared.backoff import Backoff
-from splatq.shared.engine import events, outcomes
-from splatq.shared.engine.batcher import Batcher
+from splatq.shared.engine import outcomes
+from splatq.shared.engine.committer import Committer
 from splatq.shared.engine.cpu_priority import ClassExecutors, ThreadSetup
 from splatq.shared.engine.entries import UNKNOWN_JOB, entry_problem
-from splatq.shared.engine.events import EventType
 from splatq.shared.engine.fleet import REDIS_ERRORS, FleetMember, new_consumer_name
 from splatq.shared.engine.job_context import (
     JobContext,
@@ -35,14 +33,15 @@ from splatq.shared.engine.keys import STREAMS, StreamName
 from splatq.shared.engine.leases import LeaseKeeper, Run
 from splatq.shared.engine.metering import WHOLE_JOB_UNIT
 from splatq.shared.engine.metrics import EngineMetrics
-from splatq.shared.engine.queue import Advance, Finish, JobQueue, StreamEntry
+from splatq.shared.engine.queue import Finish, JobQueue, StreamEntry
 from splatq.shared.engine.reaper import Reaper
 from splatq.shared.engine.retries import decide_retry
 from splatq.shared.engine.slots import SlotPool
-from splatq.shared.engine.stages import PIPELINE, StageRecord, StageStatus, next_stage
+from splatq.shared.engine.stages import next_stage
+from splatq.shared.engine.unstarted import Unstarted
+from splatq.shared.engine.upkeep import Upkeep
 from splatq.shared.engine.worker_classes import parse_class_list
 from splatq.shared.errors import (
-    CORRUPT_JOB_RECORD,
     INVALID_OUTCOME,
     TIMEOUT,
     Deferred,
@@ -64,7 +63,6 @@ T = TypeVar("T")
 RESEND_WINDOW_S = 5.0
 # Back-off after an error reply the fetch loop cannot act on (a script error, OOM).
 ERROR_REPLY_BACKOFF_S = 1.0
-CONSUMER_PRUNE_IDLE_MS = 3_600_000
 # How long the fetch loop waits before looking again when it cannot block (a saturated
 # stream, or several partitions): bounds the start latency of newly arrived work.
 IDLE_POLL_S = 0.05
@@ -131,7 +129,6 @@ class Worker:
         self._leases = LeaseKeeper(queue, settings, self.member, self._running, metrics)
         self.member.count(self._handlers_running)
         self.member.describe(self._card)
-        self._commits: Batcher[Finish, tuple[str, str]] = Batcher(self._commit_batch)
         self._slot_freed = asyncio.Event()
         self._stopping = asyncio.Event()
         self._releasing = False
@@ -139,6 +136,16 @@ class Worker:
         # The last take was cut short by the next stage's backpressure bound.
         self._held = False
         self.log = log.bind(consumer=self.consumer)
+        self._committer = Committer(queue, self.log, metrics)
+        self._unstarted = Unstarted(queue, self.reaper, metrics, self.log)
+        self._upkeep = Upkeep(
+            queue,
+            self.partitions,
+            min(settings.reaper_interval_ms / 1000, 1.0),
+            metrics,
+            sample_queues,
+            self.log,
+        )
         if metrics is not None:
             for s in STREAMS:
                 metrics.slots_reserved.labels(s.value).set(self.pool.reserved[s])
@@ -185,8 +192,8 @@ class Worker:
                     return
         helpers = [
             asyncio.create_task(self._leases.run(), name="heartbeat"),
-            asyncio.create_task(self._commits.run(), name="committer"),
-            asyncio.create_task(self._maintenance_loop(), name="maintenance"),
+            asyncio.create_task(self._committer.run(), name="committer"),
+            asyncio.create_task(self._upkeep.run(), name="maintenance"),
         ]
         self.member.join(self.queue, self.partitions, self.settings.fleet_tick_interval_s)
         self.log.info(
@@ -229,9 +236,9 @@ class Worker:
         """Wait until every queued commit has been sent and answered (bounded), so stopping
         the committer drops nothing a job already handed over."""
         try:
-            await asyncio.wait_for(self._commits.join(), timeout_s)
+            await asyncio.wait_for(self._committer.join(), timeout_s)
         except TimeoutError:
-            self.log.error("worker.commits_unflushed", queued=self._commits.queued())
+            self.log.error("worker.commits_unflushed", queued=self._committer.queued())
 
     # -- fetching ----------------------------------------------------------------------
 
@@ -335,17 +342,13 @@ class Worker:
             if t.outcome == "started" and t.job is not None:
                 self.pool.acquire(t.entry.stream)
                 self._launch(t.entry, t.token, t.job)
-            elif t.outcome == "corrupt":
-                await self._fail_unreadable(t.entry, t.token, t.detail)
             elif t.outcome == "raw":
                 problem = entry_problem(t.entry.fields, partition)
                 await self.reaper.dead_letter_entry(
                     t.entry, *(problem or (UNKNOWN_JOB, "no job record for this entry"))
                 )
-            elif t.outcome == "dead_lettered":
-                self._count_corrupt(t.entry, t.detail)
             else:
-                self.log.info("entry.not_started", entry_id=t.entry.entry_id, outcome=t.outcome)
+                await self._unstarted.handle(t.entry, t.token, t.outcome, t.detail)
         return len(taken) - held
 
     async def _start(self, entries: list[StreamEntry]) -> int:
@@ -384,65 +387,8 @@ class Worker:
                 started += 1
                 continue
             self._release_slot(entry.stream)
-            if result.outcome == "corrupt":
-                await self._fail_unreadable(
-                    StreamEntry(
-                        entry.partition,
-                        entry.stream,
-                        entry.entry_id,
-                        {"job": entry.fields["job"], "claim": entry.fields.get("claim", "")},
-                    ),
-                    token,
-                    result.detail,
-                )
-            elif result.outcome == "unknown":
-                await self.reaper.dead_letter_entry(
-                    entry, UNKNOWN_JOB, "no job record for this entry"
-                )
-            elif result.outcome == "dead_lettered":
-                self._count_corrupt(entry, result.detail)
-            else:
-                self.log.info(
-                    "entry.not_started",
-                    entry_id=entry.entry_id,
-                    job_id=entry.fields.get("job"),
-                    outcome=result.outcome,
-                    detail=result.detail,
-                )
+            await self._unstarted.handle(entry, token, result.outcome, result.detail)
         return started
-
-    async def _fail_unreadable(self, entry: StreamEntry, token: str, detail: str) -> None:
-        """A job hash this worker cannot parse fails alone (permanent), instead of crashing
-        the worker on every delivery."""
-        finish = Finish(
-            job_id=entry.fields["job"],
-            stream=entry.stream,
-            entry_id=entry.entry_id,
-            token=token,
-            target="failed",
-            claim_key=entry.fields.get("claim", ""),
-            event=EventType.FAILED.value,
-            event_extra=events.failed_fields(CORRUPT_JOB_RECORD, detail, False),
-            claim_status="FAILED",
-            fields={
-                "error_code": CORRUPT_JOB_RECORD,
-                "error_message": detail,
-                "error_retryable": "0",
-            },
-        )
-        await self.queue.finish_many([finish])
-        self.log.error("job.unreadable", job_id=entry.fields["job"], detail=detail)
-
-    def _count_corrupt(self, entry: StreamEntry, detail: str) -> None:
-        """take/start found a corrupt job record and dead-lettered it in the same script."""
-        if self.metrics is not None:
-            self.metrics.dead_letters.labels(entry.stream.value, "corrupt_job_record").inc()
-        self.log.error(
-            "job.corrupt_record_dead_lettered",
-            entry_id=entry.entry_id,
-            stream=entry.stream.value,
-            detail=detail,
-        )
 
     def _runs_here(self, entry: StreamEntry) -> bool:
         """True when this worker runs this very entry's job under a lease it still holds:
@@ -534,7 +480,7 @@ class Worker:
                 finish, outcome_label = None, "lease_lost"
             if finish is not None:
                 running.committing = True
-                result, status = await self._commit(finish)
+                result, status = await self._committer.commit(finish)
                 if result == "lease_lost":
                     outcome_label = "lease_lost"
                 elif result == "ok" and status == "canceled":
@@ -602,45 +548,9 @@ class Worker:
                 f"a StageDone from the {stage or 'whole-job'} handler, which has no next stage"
             )
             return self._failure(ctx, ErrorInfo(INVALID_OUTCOME, exc.message, False), exc)
-        now_ms = int(time.time() * 1000)
-        record = StageRecord(
-            status=StageStatus.SUCCEEDED,
-            attempts=ctx.attempt,
-            started_at_ms=ctx.job.started_at_ms,
-            finished_at_ms=now_ms,
-            digest=done.digest,
-            outputs=done.outputs,
-            skipped=done.skipped,
-            work_ms=done.work_ms,
-            facts=done.facts,
-        )
-        position = PIPELINE.index(stage) + 1
-        request = Advance(
-            job_id=ctx.job.id,
-            stream=ctx.stream,
-            entry_id=ctx.entry.entry_id,
-            token=ctx.token,
-            stage=stage.value,
-            next_stage=after.value,
-            record=record.to_json(),
-            progress=round(position / len(PIPELINE), 4),
-            event_extra=events.stage_fields(
-                position / len(PIPELINE), stage.value, StageStatus.SUCCEEDED.value, after.value
-            ),
-            also_event=done.also_event,
-            also_extra=done.also_extra,
-        )
+        request = outcomes.advance_of(ctx, done, stage, after, int(time.time() * 1000))
         running.committing = True
-        backoff = Backoff(cap_s=2.0)
-        while True:
-            try:
-                result, detail = await self.queue.advance(request)
-            except REDIS_ERRORS as exc:
-                result, detail = "retry", str(exc)
-            if result not in ("retry", "transient"):
-                break
-            self.log.warning("advance.resend", error=detail[:300])
-            await backoff.sleep()
+        result, detail = await self._committer.advance(request)
         if result == "ok":
             ctx.log.info(
                 "stage.advanced",
@@ -701,71 +611,3 @@ class Worker:
                 exc_info=exc if not info.retryable else None,
             )
         return outcomes.failure(ctx, info, decision, s.dead_letter_codes)
-
-    # -- committing ---------------------------------------------------------------------
-
-    async def _commit(self, finish: Finish) -> tuple[str, str]:
-        """The commit of one outcome, batched with every other outcome ready at the same
-        moment into one round trip (shared/engine/batcher.py)."""
-        return await self._commits.submit(finish)
-
-    async def _commit_batch(self, batch: list[Finish]) -> list[tuple[str, str]]:
-        """Send a batch until each call has a definite answer. A lost reply or a transient
-        error reply (OOM, READONLY) is resent with the same request id, which finish.lua
-        recognises in the job's `last_commit` and answers as the first execution did; the
-        run's lease token stays valid meanwhile (the heartbeat re-takes a lapsed lease nobody
-        else took)."""
-        answers: dict[int, tuple[str, str]] = {}
-        todo = list(range(len(batch)))
-        backoff = Backoff(cap_s=2.0)
-        while todo:
-            try:
-                results = await self.queue.finish_many([batch[i] for i in todo])
-            except REDIS_ERRORS as exc:
-                self.log.warning("commit.redis_unavailable", error=str(exc), jobs=len(todo))
-                results = [("retry", str(exc))] * len(todo)
-            except Exception as exc:
-                self.log.exception("commit.failed", jobs=len(todo))
-                results = [("error", str(exc))] * len(todo)
-            retry: list[int] = []
-            for i, (outcome, detail) in zip(todo, results, strict=True):
-                if outcome == "retry":
-                    retry.append(i)
-                elif outcome == "transient":
-                    # OOM, READONLY...: the script did not run; the same call is sent again.
-                    retry.append(i)
-                    self.log.warning("commit.error_reply", error=detail[:300])
-                    if self.metrics is not None:
-                        self.metrics.error_replies.labels("commit", "transient").inc()
-                else:
-                    answers[i] = (outcome, detail)
-            todo = retry
-            if todo:
-                await backoff.sleep()
-        return [answers[i] for i in range(len(batch))]
-
-    # -- periodic maintenance -------------------------------------------------------------
-
-    async def _maintenance_loop(self) -> None:
-        interval = min(self.settings.reaper_interval_ms / 1000, 1.0)
-        next_sample = next_prune = 0.0
-        while True:
-            try:
-                for p in self.partitions:
-                    await self.queue.promote_due(p)
-                now = time.monotonic()
-                if self.metrics is not None and self.sample_queues and now >= next_sample:
-                    await self.metrics.sample_queues(
-                        self.queue, self.partitions, staged=self.stage is not None
-                    )
-                    next_sample = now + 5
-                if now >= next_prune:
-                    for p in self.partitions:
-                        for s in STREAMS:
-                            await self.queue.prune_consumers(p, s, CONSUMER_PRUNE_IDLE_MS)
-                    next_prune = now + 600
-            except REDIS_ERRORS as exc:
-                self.log.warning("maintenance.redis_unavailable", error=str(exc))
-            except Exception:
-                self.log.exception("maintenance.failed")
-            await asyncio.sleep(interval)
