@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import secrets
 import signal
 import socket
@@ -33,6 +32,7 @@ from splatq.shared.logs import configure_logging
 from splatq.shared.redis.client import connect
 from splatq.shared.redis.server import RedisServer, RedisServerError, die_with_parent
 from splatq.shared.settings import MIN_ADMIN_KEY_CHARS, Settings, process_environment
+from splatq.shared.settings.environ import cuda_devices_hidden
 
 log = structlog.get_logger("splatq.stack")
 DEFAULT_REDIS_PORT = 6390
@@ -91,7 +91,7 @@ def cuda_device_visible(settings: Settings) -> bool:
     that CUDA_VISIBLE_DEVICES does not hide."""
     if settings.device != "auto":
         return settings.device == "cuda"
-    if os.environ.get("CUDA_VISIBLE_DEVICES", None) in ("", "-1"):
+    if cuda_devices_hidden():
         return False
     gpus = Path("/proc/driver/nvidia/gpus")
     return gpus.is_dir() and any(gpus.iterdir())

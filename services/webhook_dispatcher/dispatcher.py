@@ -31,7 +31,9 @@ from splatq.services.webhook_dispatcher.policy import (
     retry_or_fail,
     tenant_limit,
 )
+from splatq.services.webhook_dispatcher.secret_cache import SecretCache
 from splatq.shared import tracing
+from splatq.shared.backoff import Backoff
 from splatq.shared.engine.batcher import Batcher
 from splatq.shared.engine.ids import is_job_id
 from splatq.shared.engine.queue import JobQueue
@@ -78,7 +80,7 @@ class Dispatcher:
         self._stopping = asyncio.Event()
         self._in_flight: set[asyncio.Task[None]] = set()
         self._slots = asyncio.Semaphore(self.settings.webhook_concurrency)
-        self._secrets: dict[str, tuple[float, asyncio.Future[tuple[str, ...]]]] = {}
+        self._secrets = SecretCache(self.store.tenant_secrets, SECRET_CACHE_S)
         self._results: Batcher[AttemptResult, Recorded] = Batcher(self._record_batch)
         self._open_circuits: dict[str, int] = {}  # endpoint id -> open until (ms), as seen here
         self._busy: dict[str, int] = {}  # target -> attempts in flight
@@ -130,7 +132,7 @@ class Dispatcher:
     async def _fan_out_loop(self, partition: int) -> None:
         stream = self.queue.keys.events(partition)
         next_reclaim = 0.0
-        delay = RETRY_MIN_S
+        backoff = Backoff(RETRY_MIN_S, RETRY_MAX_S)
         while True:
             try:
                 entries: list[tuple[str, dict[str, str]]] = []
@@ -153,12 +155,12 @@ class Dispatcher:
                     entries.extend((eid, dict(f)) for eid, f in items)
                 if entries:
                     await self._fan_out(partition, entries)
-                delay = RETRY_MIN_S
+                backoff.reset()
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
-                delay = await _pause_after(exc, "dispatcher.fan_out_failed", delay,
-                                           partition=partition, stream=stream)  # fmt: skip
+                await _pause_after(exc, "dispatcher.fan_out_failed", backoff,
+                                   partition=partition, stream=stream)  # fmt: skip
 
     async def _fan_out(self, partition: int, entries: list[tuple[str, dict[str, str]]]) -> None:
         """Two round trips per batch: the jobs' webhook settings and the tenants' endpoint
@@ -189,7 +191,7 @@ class Dispatcher:
         # claim expires; then the message is simply due again (at-least-once).
         visibility_ms = int(self.settings.webhook_timeout_s * 2000) + 1000
         next_sample = 0.0
-        delay = RETRY_MIN_S
+        backoff = Backoff(RETRY_MIN_S, RETRY_MAX_S)
         while True:
             try:
                 found = 0
@@ -201,11 +203,11 @@ class Dispatcher:
                 if self.metrics is not None and time.monotonic() >= next_sample:
                     await self._sample()
                     next_sample = time.monotonic() + 5
-                delay = RETRY_MIN_S
+                backoff.reset()
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
-                delay = await _pause_after(exc, "dispatcher.deliver_loop_failed", delay)
+                await _pause_after(exc, "dispatcher.deliver_loop_failed", backoff)
 
     async def _claim_and_send(
         self, http: aiohttp.ClientSession, partition: int, now_ms: int, visibility_ms: int
@@ -429,7 +431,7 @@ class Dispatcher:
         s = self.settings
         secrets: tuple[str, ...]
         if gate is None:
-            url, secrets = m.url, await self._tenant_secrets(m.tenant)
+            url, secrets = m.url, await self._secrets.get(m.tenant)
         else:
             url, secrets = gate.url, gate.secrets
         # The endpoint's custom headers first: validated never to name these, and set below
@@ -555,21 +557,6 @@ class Dispatcher:
     async def _record_batch(self, results: list[AttemptResult]) -> list[Recorded | Exception]:
         return await self.store.record_many(results)
 
-    async def _tenant_secrets(self, tenant: str) -> tuple[str, ...]:
-        """The tenant's signing secrets, cached briefly (a rotation shows within
-        SECRET_CACHE_S); concurrent first uses share one lookup."""
-        cached = self._secrets.get(tenant)
-        if cached is None or cached[0] <= time.monotonic():
-            lookup = asyncio.ensure_future(self.store.tenant_secrets(tenant))
-            cached = (time.monotonic() + SECRET_CACHE_S, lookup)
-            self._secrets[tenant] = cached
-        try:
-            return await asyncio.shield(cached[1])
-        except Exception:
-            if self._secrets.get(tenant) is cached:
-                del self._secrets[tenant]  # the next attempt asks again
-            raise
-
     def _transient(self, m: Message, reason: str) -> Decision:
         s = self.settings
         return retry_or_fail(
@@ -582,18 +569,19 @@ class Dispatcher:
         )
 
 
-async def _pause_after(exc: Exception, event: str, delay: float, **fields: Any) -> float:
-    """Log a failed loop round and wait before the next; returns the next wait. Redis being
-    briefly away (a failover, a restart, a slot in migration) is a warning without a
-    traceback and backs off from RETRY_MIN_S to RETRY_MAX_S; anything else is an error with
-    its traceback, retried after RETRY_MAX_S."""
+async def _pause_after(exc: Exception, event: str, backoff: Backoff, **fields: Any) -> None:
+    """Log a failed loop round and wait before the next. Redis being briefly away (a
+    failover, a restart, a slot in migration) is a warning without a traceback, waited out
+    with `backoff` (RETRY_MIN_S doubling to RETRY_MAX_S); anything else is an error with its
+    traceback, retried after RETRY_MAX_S."""
     if is_transient_reply(exc):
+        delay = backoff.next()
         log.warning(event, error=repr(exc), retry_in_s=delay, redis_unavailable=True, **fields)
         await asyncio.sleep(delay)
-        return min(delay * 2, RETRY_MAX_S)
+        return
     log.exception(event, **fields)
+    backoff.reset()
     await asyncio.sleep(RETRY_MAX_S)
-    return RETRY_MIN_S
 
 
 def _log_record_failure(done: asyncio.Future[Recorded]) -> None:

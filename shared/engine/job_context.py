@@ -23,10 +23,7 @@ from splatq.shared.engine.fleet import REDIS_ERRORS
 from splatq.shared.engine.jobs import JobOutcome, JobRecord, StageDone
 from splatq.shared.engine.keys import StreamName
 from splatq.shared.engine.queue import JobQueue, StreamEntry
-from splatq.shared.errors import (
-    JobCanceled,
-    LeaseLost,
-)
+from splatq.shared.errors import TIMEOUT, JobCanceled, LeaseLost, TransientError
 from splatq.shared.redis.client import is_transient_reply
 from splatq.shared.settings import Settings
 
@@ -207,3 +204,22 @@ class JobContext:
 def _resolve(future: asyncio.Future[None]) -> None:
     if not future.done():
         future.set_result(None)
+
+
+async def run_within(
+    handler: JobHandler, ctx: JobContext, timeout_s: float, stage: str = "job"
+) -> JobOutcome | StageDone:
+    """The handler's run, bounded by its stage's timeout (0: none): past it, a retryable
+    `TIMEOUT`. A timeout raised inside the handler (a storage call's, say) is its own."""
+    if not timeout_s:
+        return await handler(ctx)
+    scope = asyncio.timeout(timeout_s)
+    try:
+        async with scope:
+            return await handler(ctx)
+    except TimeoutError:
+        if not scope.expired():
+            raise
+        raise TransientError(
+            f"the {stage} stage ran past its {timeout_s} s timeout", code=TIMEOUT
+        ) from None

@@ -22,9 +22,9 @@ from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histo
 
 from splatq.shared import __version__
 from splatq.shared.engine.jobs import JobRecord
-from splatq.shared.engine.keys import STREAMS
+from splatq.shared.engine.keys import STREAMS, StreamName
 from splatq.shared.engine.queue import JobQueue
-from splatq.shared.engine.stages import ALL_STAGES, FIRST_STAGE, PIPELINE
+from splatq.shared.engine.stages import ALL_STAGES, FIRST_STAGE, PIPELINE, PipelineStage
 from splatq.shared.engine.states import JobStatus
 from splatq.shared.engine.tenant_metrics import TenantMetrics
 
@@ -395,6 +395,24 @@ class EngineMetrics:
         if first_stage and job.deliveries <= 1 and job.started_at_ms is not None:
             wait_s = max(job.started_at_ms - job.created_at_ms, 0) / 1000
             self.queue_wait.labels(job.stream.value, quality_label(job.quality)).observe(wait_s)
+
+    def observe_run(
+        self,
+        job: JobRecord,
+        stream: StreamName,
+        stage: PipelineStage | None,
+        outcome: str,
+        run_s: float,
+    ) -> None:
+        """One run's end: its outcome and duration, per stream and (for a stage's run) per
+        stage, and the job's end-to-end time when the outcome is final."""
+        self.jobs.labels(stream.value, outcome).inc()
+        self.job_duration.labels(stream.value, outcome).observe(run_s)
+        self.observe_finished(job, outcome, run_s)
+        if stage is not None:
+            labels = (stage.value, stream.value, outcome)
+            self.stage_runs.labels(*labels).inc()
+            self.stage_duration.labels(*labels).observe(run_s)
 
     def observe_finished(self, job: JobRecord, outcome: str, run_s: float) -> None:
         """End-to-end time of a job that reached a final outcome; `run_s` is this run's

@@ -14,7 +14,7 @@ import random
 import secrets
 import time
 from collections.abc import Awaitable
-from typing import Any, TypeVar
+from typing import Any
 
 import structlog
 from redis.exceptions import ResponseError
@@ -27,6 +27,7 @@ from splatq.shared.engine.fleet import REDIS_ERRORS, FleetMember, new_consumer_n
 from splatq.shared.engine.job_context import (
     JobContext,
     JobHandler,
+    run_within,
 )
 from splatq.shared.engine.jobs import JobOutcome, JobRecord, StageDone
 from splatq.shared.engine.keys import STREAMS, StreamName
@@ -43,20 +44,17 @@ from splatq.shared.engine.upkeep import Upkeep
 from splatq.shared.engine.worker_classes import parse_class_list
 from splatq.shared.errors import (
     INVALID_OUTCOME,
-    TIMEOUT,
     Deferred,
     ErrorInfo,
     JobCanceled,
     LeaseLost,
     PermanentError,
-    TransientError,
     classify,
 )
 from splatq.shared.redis.client import error_reply_kind, is_transient_reply
 from splatq.shared.settings import Settings
 
 log = structlog.get_logger("splatq.worker")
-T = TypeVar("T")
 
 # How long a worker keeps resending one take/start call whose reply was lost (the replay
 # memo answers the resend with the first execution's reply, so nothing runs twice).
@@ -454,7 +452,12 @@ class Worker:
         outcome_label = "lease_lost"
         try:
             try:
-                outcome = await self._call_handler(ctx)
+                outcome = await run_within(
+                    self.handler,
+                    ctx,
+                    self.stage_timeout_s,
+                    self.stage.value if self.stage else "job",
+                )
             except JobCanceled:
                 finish, outcome_label = await self._canceled(ctx), "canceled"
             except LeaseLost:
@@ -507,33 +510,11 @@ class Worker:
             self._count_run(running, outcome_label)
 
     def _count_run(self, running: Run, outcome_label: str) -> None:
-        if self.metrics is None:
-            return
-        ctx, elapsed = running.ctx, time.monotonic() - running.started_at
-        self.metrics.jobs.labels(ctx.stream.value, outcome_label).inc()
-        self.metrics.job_duration.labels(ctx.stream.value, outcome_label).observe(elapsed)
-        self.metrics.observe_finished(ctx.job, outcome_label, elapsed)
-        if self.stage is not None:
-            labels = (self.stage.value, ctx.stream.value, outcome_label)
-            self.metrics.stage_runs.labels(*labels).inc()
-            self.metrics.stage_duration.labels(*labels).observe(elapsed)
-
-    async def _call_handler(self, ctx: JobContext) -> JobOutcome | StageDone:
-        """The handler's run, bounded by its stage's timeout (a retryable TIMEOUT)."""
-        if not self.stage_timeout_s:
-            return await self.handler(ctx)
-        scope = asyncio.timeout(self.stage_timeout_s)
-        try:
-            async with scope:
-                return await self.handler(ctx)
-        except TimeoutError:
-            if not scope.expired():
-                raise  # the handler's own timeout (a storage call's, say), not the stage's
-            stage = self.stage.value if self.stage is not None else "job"
-            raise TransientError(
-                f"the {stage} stage ran past its {self.stage_timeout_s} s timeout",
-                code=TIMEOUT,
-            ) from None
+        if self.metrics is not None:
+            elapsed = time.monotonic() - running.started_at
+            self.metrics.observe_run(
+                running.ctx.job, running.ctx.stream, self.stage, outcome_label, elapsed
+            )
 
     async def _advance(
         self, ctx: JobContext, done: StageDone, running: Run

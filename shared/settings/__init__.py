@@ -9,6 +9,7 @@ the section modules `front`, `pipeline` and `services`; `declare` reads them gen
 from __future__ import annotations
 
 from splatq.shared.settings.declare import Declaration, declared
+from splatq.shared.settings.environ import process_environment
 from splatq.shared.settings.errors import (
     MIN_ADMIN_KEY_CHARS,
     MIN_ADMIN_KEY_DISTINCT,
@@ -16,7 +17,7 @@ from splatq.shared.settings.errors import (
     check_admin_key,
 )
 from splatq.shared.settings.front import DEFAULT_CHARGED_FAILURE_CODES, DEFAULT_QUOTA_ESTIMATES_MS
-from splatq.shared.settings.model import Settings, process_environment
+from splatq.shared.settings.model import Settings
 from splatq.shared.settings.redaction import REDACTED, redact_url
 from splatq.shared.settings.services import MIN_FILE_RETENTION_S
 

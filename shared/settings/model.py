@@ -97,10 +97,3 @@ class Settings(ObservabilitySettings):
         values = read_env(cls, e)
         values["redis_url_is_default"] = not e.get("SPLATQ_REDIS_URL", "").strip()
         return cls(**values)
-
-
-def process_environment(**overrides: str) -> dict[str, str]:
-    """This process's environment plus `overrides`: what child services inherit."""
-    env = dict(os.environ)
-    env.update(overrides)
-    return env

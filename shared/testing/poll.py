@@ -142,7 +142,10 @@ def eventually_sync(
     retry_on: RetryOn = (),
 ) -> T:
     """`eventually` for code without an event loop (a subprocess's readiness from a plain
-    test or fixture): the same rules, sleeping with `time.sleep`."""
+    test or fixture): the same rules, sleeping with `time.sleep` -- so it refuses to run
+    where an event loop is running (it would stall it; use `eventually` there)."""
+    if _loop_running():
+        raise RuntimeError("eventually_sync would block the running event loop: use eventually")
     attempts = _Attempts(condition, message, retry_on, timeout, time.monotonic())
     while True:
         with attempts.attempt():
@@ -158,3 +161,11 @@ def _not_awaitable(value: T) -> T:
             value.close()  # never awaited: no "was never awaited" warning
         raise TypeError("eventually_sync got an awaitable: use `await eventually(...)`")
     return value
+
+
+def _loop_running() -> bool:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True

@@ -4,11 +4,12 @@ to its own file, all SIGKILLed at the end."""
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import sys
 from pathlib import Path
+
+from splatq.shared.settings.environ import environ_without_settings
 
 # What `engine_settings` sets, as the environment of a child process.
 FAST_ENV = {
@@ -27,7 +28,7 @@ def service_env(redis_url: str, **overrides: str) -> dict[str, str]:
     """This process's environment without its `SPLATQ_*` variables, plus Redis at
     `redis_url`, short leases and intervals (as `engine_settings`), JSON logs, unbuffered
     output, then `overrides` (`SPLATQ_WORKER_CONCURRENCY="1"`, ...)."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("SPLATQ_")}
+    env = environ_without_settings()
     env.update(
         {
             "SPLATQ_REDIS_URL": redis_url,

@@ -5,10 +5,10 @@ either is read; nothing here logs or formats the value.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
 from pathlib import Path
 
+from splatq.shared.settings.environ import process_environ
 from splatq.shared.vendor.config import AuthConfig, VendorConfigError
 
 
@@ -19,7 +19,7 @@ class Credential:
 
     def __init__(self, auth: AuthConfig, environ: Mapping[str, str] | None = None) -> None:
         self._auth = auth
-        self._environ = os.environ if environ is None else environ
+        self._environ = process_environ() if environ is None else environ
         self._mtime = -1.0
         self._value = ""
         self.value()  # fails at start, not at the first job

@@ -32,19 +32,10 @@ NOT_VARIABLES = {
     "SPLATQ_VERSION",
 }
 
-# Production modules outside shared/settings/ that read the process environment, and why.
-# (shared/liveness.py's `environ` is a WSGI request's, not the process's.)
-ENVIRONMENT_READERS = {
-    # cuda_device_visible(): whether CUDA_VISIBLE_DEVICES hides every GPU from the GPU worker
-    # it is about to start (a CUDA runtime variable, not a splatq setting).
-    "services/stack.py",
-    # A hosted model's API token, from the variable its vendor TOML names (auth.env): a
-    # secret, re-read on rotation, named by configuration rather than by splatq.
-    "shared/vendor/credentials.py",
-    # service_env(): the environment of a splatq child a test starts (this process's, less
-    # its SPLATQ_* variables, plus the test's), read to be passed on, never as settings.
-    "shared/testing/processes.py",
-}
+# Production modules outside shared/settings/ that read the process environment: none. The
+# rest of it -- CUDA_VISIBLE_DEVICES, a vendor's secret variables, a child's environment --
+# is read in shared/settings/environ.py. (shared/liveness.py's `environ` is a WSGI request's.)
+ENVIRONMENT_READERS: set[str] = set()
 ENVIRONMENT_READ = re.compile(r"\bos\.environ\b|\bgetenv\(|\bos\.getenvb?\b")
 
 

@@ -123,3 +123,8 @@ async def test_wait_for_status_times_out_showing_the_job_as_last_read(queue: Job
     job_id = (await queue.enqueue(spec())).job_id  # no worker: it stays queued
     with pytest.raises(AssertionError, match=r"reaching \['completed'\] \(last read: .*queued"):
         await wait_for_status(queue, job_id, {"completed"}, timeout=0.1)
+
+
+async def test_eventually_sync_refuses_to_block_a_running_loop() -> None:
+    with pytest.raises(RuntimeError, match="block the running event loop"):
+        eventually_sync(lambda: True, timeout=1)
