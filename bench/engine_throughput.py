@@ -15,7 +15,7 @@ import statistics
 import tempfile
 from pathlib import Path
 
-from bench.peers import harness
+from bench.peers import harness, splatq_noop, splatq_staged_noop
 from bench.peers.harness import Measurement
 from splatq.shared.redis.server import RedisServer
 
@@ -89,6 +89,20 @@ def _report(concurrency: int, results: dict[str, list[Measurement]]) -> None:
             f"| {name:<44} | {_median(ms, 'enqueue_cpu_us_per_job'):>10.1f} | "
             f"{_median(ms, 'drain_cpu_us_per_job'):>8.1f} | {total:>8.1f} | "
             f"{total / base_cpu:>5.2f} | {_median(ms, 'retained_bytes_per_job'):>14,.0f} |"
+        )
+    whole, staged = (
+        next((n for n in names if n == splatq_noop.NAME), None),
+        next((n for n in names if n == splatq_staged_noop.NAME), None),
+    )
+    if whole and staged:
+        # Both enqueue alike; the staged drain adds the hops (and the cleanup stage's run).
+        hop = (
+            _median(results[staged], "drain_cpu_us_per_job")
+            - _median(results[whole], "drain_cpu_us_per_job")
+        ) / splatq_staged_noop.HOPS
+        print(
+            f"\nper stage hop (staged drain less whole-job drain, over "
+            f"{splatq_staged_noop.HOPS} hops; the cleanup stage's run included): {hop:.1f} µs"
         )
     print("\nenqueue rate (64 producers in one process):\n")
     for name, ms in results.items():

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
-from . import saq_noop, splatq_fifo_noop, splatq_noop, taskiq_noop
+from . import saq_noop, splatq_fifo_noop, splatq_noop, splatq_staged_noop, taskiq_noop
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 POLL_S = 0.01
@@ -36,7 +36,9 @@ class Peer(Protocol):
     def reset(self, redis_url: str) -> Awaitable[None]: ...
 
 
-PEERS: tuple[Peer, ...] = (splatq_noop, splatq_fifo_noop, saq_noop, taskiq_noop)
+PEERS: tuple[Peer, ...] = (
+    splatq_noop, splatq_fifo_noop, splatq_staged_noop, saq_noop, taskiq_noop,
+)  # fmt: skip
 
 
 @dataclass(frozen=True)

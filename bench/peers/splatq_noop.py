@@ -59,8 +59,14 @@ async def enqueue(redis_url: str, n_jobs: int, fair: bool = True) -> None:
         await client.aclose()
 
 
-def worker_command(redis_url: str, concurrency: int, fair: bool = True) -> list[str]:
-    """One `splatq worker` process; its settings travel as SPLATQ_* variables via env(1)."""
+def worker_command(
+    redis_url: str,
+    concurrency: int,
+    fair: bool = True,
+    runs: tuple[str, ...] = ("--handler", "bench.peers.splatq_noop:make"),
+) -> list[str]:
+    """One `splatq worker` process running `runs` (its handler options); its settings
+    travel as SPLATQ_* variables via env(1)."""
     return [
         "env",
         f"SPLATQ_REDIS_URL={redis_url}",
@@ -72,8 +78,7 @@ def worker_command(redis_url: str, concurrency: int, fair: bool = True) -> list[
         "-m",
         "splatq.services.cli",
         "worker",
-        "--handler",
-        "bench.peers.splatq_noop:make",
+        *runs,
     ]
 
 

@@ -67,8 +67,17 @@ class KeySchema:
     def job(self, job_id: str) -> str:
         return f"{self.tag(partition_of(job_id))}:job:{job_id}"
 
+    def job_history(self, job_id: str) -> str:
+        """The job's own event history (SSE and `Prefer: wait` replay it): a list of compact
+        items written by the outbox helper (`emit` in lua/_preamble.lua)."""
+        return f"{self.job(job_id)}:h"
+
+    def job_wake(self, job_id: str) -> str:
+        """A stream of one entry that wakes the job's watchers (exists only while watched)."""
+        return f"{self.job(job_id)}:wake"
+
     def job_events(self, job_id: str) -> str:
-        """The job's own event history (SSE replays it); written by the outbox helper."""
+        """The event history stream releases before the list kept (read until it expires)."""
         return f"{self.job(job_id)}:events"
 
     def job_deliveries(self, job_id: str) -> str:

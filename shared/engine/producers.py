@@ -8,7 +8,7 @@ import asyncio
 import random
 from collections.abc import Sequence
 
-from splatq.shared.engine import events
+from splatq.shared.engine import events, history
 from splatq.shared.engine.backend import Role
 from splatq.shared.engine.claims import Claim, answering, claim_partitions, is_live, parse_claim
 from splatq.shared.engine.events import EventType
@@ -23,6 +23,9 @@ from splatq.shared.engine.queue_types import (
     raise_on_error,
 )
 from splatq.shared.engine.scripts import Arg, Script, ScriptCall
+
+# How long a watcher's registration outlives its blocking read (ms).
+HISTORY_WATCH_GRACE_MS = 5_000
 
 
 class Producers(Role):
@@ -110,7 +113,8 @@ class Producers(Role):
         raise_on_error(reply)
         outcome = reply[0]
         if outcome == "created":
-            job, _ = parse_job_reply(reply[3:])
+            # what it sent, then what the script assigned (numbers come back as integers)
+            job, _ = parse_job_reply([str(a) for a in (*args[11:], *reply[3:])])
             return EnqueueResult(job_id=reply[1], created=True, job=job)
         if outcome == "duplicate":
             return EnqueueResult(job_id=reply[1], created=False, claim_status=reply[2])
@@ -179,16 +183,52 @@ class Producers(Role):
         return answering(found, self.route(tenant, logical_key, policy))
 
     async def job_history(
-        self, job_id: str, after: str = "0-0", block_ms: int | None = None, count: int = 100
+        self,
+        job_id: str,
+        after: str = history.START,
+        block_ms: int | None = None,
+        count: int = 100,
     ) -> list[tuple[str, str, str]]:
-        """(entry id, event type, payload JSON) of the job's events after `after`."""
-        reply = await self.redis.xread(
-            {self.keys.job_events(job_id): after}, count=count, block=block_ms
+        """(SSE id, event type, payload JSON) of the job's events after `after`; with
+        `block_ms`, waits that long for one when there is none yet (woken by the next event,
+        not by polling). Empty when the job does not exist."""
+        events, wake_id = await self._history(job_id, after, block_ms or 0, count)
+        if events or not block_ms:
+            return events
+        # history.lua registered this reader as a watcher and answered the wake stream's last
+        # id in the same step, so an event appended since then wakes this read. (A job that
+        # is gone answers no id: the read then just waits out its time, as a reader's loop
+        # expects of a blocking read.)
+        await self.redis.xread(
+            {self.keys.job_wake(job_id): wake_id or "$"}, count=1, block=block_ms
         )
-        out: list[tuple[str, str, str]] = []
-        for _, entries in reply or []:
-            out.extend((eid, f["type"], f["payload"]) for eid, f in entries)
-        return out
+        events, _ = await self._history(job_id, after, 0, count)
+        return events
+
+    async def _history(
+        self, job_id: str, after: str, watch_ms: int, count: int
+    ) -> tuple[list[tuple[str, str, str]], str]:
+        ms, seq = history.split_id(after)
+        # The watch outlives the blocking read a little, so an event between this call and
+        # the read still wakes it; the next call extends it.
+        watch = watch_ms + HISTORY_WATCH_GRACE_MS if watch_ms else 0
+        reply = await self.scripts.run(
+            ScriptCall(
+                Script.HISTORY,
+                [
+                    self.keys.job(job_id),
+                    self.keys.job_history(job_id),
+                    self.keys.job_wake(job_id),
+                    self.keys.job_events(job_id),
+                ],
+                [ms, seq, watch, count],
+            )
+        )
+        raise_on_error(reply)
+        if not reply:
+            return [], ""
+        events = [(e.id, e.type, e.payload) for e in history.decode(reply)]
+        return events, str(reply[2])
 
     async def cancel(self, job_id: str, tenant: str = "") -> str:
         """not_found | already_finished | cancel_requested | canceled."""

@@ -199,7 +199,8 @@ def parse_dead_letter_id(dlq_id: str) -> tuple[int, str]:
 def parse_job_reply(flat: list[str]) -> tuple[JobRecord | None, str]:
     """A started job's hash, or why it cannot be read (the worker then fails that job alone)."""
     try:
-        return JobRecord.from_hash(pairs_to_dict(flat)), ""
+        # A reply a script built (not read back) carries numbers as integers.
+        return JobRecord.from_hash(pairs_to_dict([str(v) for v in flat])), ""
     except (KeyError, ValueError, TypeError) as exc:
         return None, f"unreadable job record: {type(exc).__name__}: {exc}"[:500]
 

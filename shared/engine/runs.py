@@ -9,6 +9,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import orjson
+from redis.exceptions import ResponseError
 
 from splatq.shared.engine import events
 from splatq.shared.engine.backend import Role
@@ -226,56 +227,82 @@ class Runs(Role):
         return int(reply)
 
     async def finish_many(self, requests: Sequence[Finish]) -> list[tuple[str, str]]:
-        """Commit many exits from processing in one round trip; (outcome, status) each, or
-        ('transient', why) for an error reply worth resending (OOM, READONLY) and ('error',
-        why) for one that is not."""
-        calls = []
-        for f in requests:
-            partition = partition_of(f.job_id)
-            keys = [
-                self.keys.job(f.job_id),
-                self.keys.lease(f.job_id),
-                self.keys.stream(partition, f.stream),
-                self.keys.events(partition),
-                self.keys.delayed(partition),
-            ]
-            if f.claim_key:
-                keys.append(f.claim_key)
-            if f.dead_letter:
-                keys.append(self.keys.dead_letters(partition))
-            args: list[Arg] = [
-                f.token,
-                f.entry_id,
-                self.group,
-                f.target,
-                f.event,
-                new_event_id(),
-                self.settings.events_maxlen,
-                f.event_extra,
-                self.settings.job_retention_ms,
-                f.retry_delay_ms,
-                delayed_member(f.stream, f.job_id, self.keys.stage),
-                f.claim_status,
-                # Jittered, so the cached results of a burst do not all expire together.
-                int(self._claim_ttl_ms * random.uniform(0.9, 1.0)),
-                "handoff" if f.handoff else "ack",
-                PARKING_CONSUMER,
-                self.settings.lease_ttl_ms + 1,
-                EventType.CANCELED.value,
-                f.request_id,
-                f.dead_letter,
-                self.settings.dlq_maxlen,
-            ]
-            for name, value in (f.fields or {}).items():
-                args.extend((name, value))
-            calls.append(ScriptCall(Script.FINISH, keys, args, f.request_id))
-        out = []
-        for reply in await self.scripts.run_many(calls):
-            if isinstance(reply, Exception):  # one bad call must not fail its batch-mates
-                out.append(("transient" if is_transient_reply(reply) else "error", str(reply)))
+        """Commit many exits from processing in one round trip -- one script call per
+        partition (finish_batch.lua) -- and answer (outcome, status) each, or ('transient',
+        why) for an error reply worth resending (OOM, READONLY) and ('error', why) for one
+        that is not. One job's error does not fail its batch-mates."""
+        by_partition: dict[int, list[int]] = {}
+        for i, f in enumerate(requests):
+            by_partition.setdefault(partition_of(f.job_id), []).append(i)
+        calls: list[ScriptCall] = []
+        members: list[list[int]] = []
+        for indices in by_partition.values():
+            parts = [self._finish_parts(requests[i]) for i in indices]
+            if len(parts) == 1:
+                keys, args = parts[0]
+                calls.append(ScriptCall(Script.FINISH, keys, args))
             else:
-                out.append((str(reply[0]), str(reply[1]) if len(reply) > 1 else ""))
+                counts = ";".join(f"{len(k)},{len(a)}" for k, a in parts)
+                calls.append(
+                    ScriptCall(
+                        Script.FINISH_BATCH,
+                        [key for k, _ in parts for key in k],
+                        [counts, *(arg for _, a in parts for arg in a)],
+                    )
+                )
+            members.append(indices)
+        out: list[tuple[str, str]] = [("error", "not sent")] * len(requests)
+        for indices, reply in zip(members, await self.scripts.run_many(calls), strict=True):
+            if isinstance(reply, Exception):  # the whole call: each of its jobs alike
+                outcome = ("transient" if is_transient_reply(reply) else "error", str(reply))
+                for i in indices:
+                    out[i] = outcome
+                continue
+            replies = [reply] if len(indices) == 1 else reply
+            for i, r in zip(indices, replies, strict=True):
+                out[i] = _finish_outcome(r)
         return out
+
+    def _finish_parts(self, f: Finish) -> tuple[list[str], list[Arg]]:
+        """finish.lua's KEYS and ARGV for one exit."""
+        partition = partition_of(f.job_id)
+        keys = [
+            self.keys.job(f.job_id),
+            self.keys.lease(f.job_id),
+            self.keys.stream(partition, f.stream),
+            self.keys.events(partition),
+            self.keys.delayed(partition),
+        ]
+        if f.claim_key:
+            keys.append(f.claim_key)
+        if f.dead_letter:
+            keys.append(self.keys.dead_letters(partition))
+        args: list[Arg] = [
+            f.token,
+            f.entry_id,
+            self.group,
+            f.target,
+            f.event,
+            new_event_id(),
+            self.settings.events_maxlen,
+            f.event_extra,
+            self.settings.job_retention_ms,
+            f.retry_delay_ms,
+            delayed_member(f.stream, f.job_id, self.keys.stage),
+            f.claim_status,
+            # Jittered, so the cached results of a burst do not all expire together.
+            int(self._claim_ttl_ms * random.uniform(0.9, 1.0)),
+            "handoff" if f.handoff else "ack",
+            PARKING_CONSUMER,
+            self.settings.lease_ttl_ms + 1,
+            EventType.CANCELED.value,
+            f.request_id,
+            f.dead_letter,
+            self.settings.dlq_maxlen,
+        ]
+        for name, value in (f.fields or {}).items():
+            args.extend((name, value))
+        return keys, args
 
     def _downstream(self, partition: int) -> list[Arg]:
         """take.lua's backpressure arguments: the next stage's stream key without its class,
@@ -386,3 +413,12 @@ class Runs(Role):
         keys: dict[Any, Any] = {self.keys.stream(partition, s): ">" for s in streams}
         reply = await self.redis.xreadgroup(self.group, consumer, keys, count=1, block=block_ms)
         return self._entries(partition, reply)
+
+
+def _finish_outcome(reply: Any) -> tuple[str, str]:
+    """One job's finish.lua reply (or finish_batch.lua's {'error', why} for a job whose
+    finish raised) as (outcome, status)."""
+    if reply[0] == "error":
+        why = str(reply[1])
+        return ("transient" if is_transient_reply(ResponseError(why)) else "error", why)
+    return (str(reply[0]), str(reply[1]) if len(reply) > 1 else "")

@@ -37,6 +37,7 @@ from splatq.shared.engine.states import lua_transition_table
 from splatq.shared.redis.replay import replay_key
 
 Arg = str | int | float | bytes
+_INCLUDE = re.compile(r"^--@include ([a-z_]+) as ([A-Za-z_]\w*)$", re.MULTILINE)
 ARG_TYPES = frozenset({str, int, float, bytes})
 DEFAULT_REPLAY_TTL_MS = 60_000
 DEFAULT_JOB_RETENTION_MS = 7 * 24 * 3600 * 1000
@@ -71,7 +72,17 @@ class LuaScript(StrEnum):
         return False
 
     def source(self) -> str:
-        return (resources.files(self.package()) / "lua" / f"{self.value}.lua").read_text()
+        """The script's text, with each `--@include <script> as <name>` line replaced by
+        that script of the same package wrapped as `local function <name>(KEYS, ARGV)`: one
+        script's logic run many times by another (finish_batch runs finish per job)."""
+        text = self._text(self.value)
+        return _INCLUDE.sub(
+            lambda m: f"local function {m.group(2)}(KEYS, ARGV)\n{self._text(m.group(1))}\nend\n",
+            text,
+        )
+
+    def _text(self, name: str) -> str:
+        return (resources.files(self.package()) / "lua" / f"{name}.lua").read_text()
 
 
 class Script(LuaScript):
@@ -84,6 +95,8 @@ class Script(LuaScript):
     RENEW = "renew"
     PROGRESS = "progress"
     FINISH = "finish"
+    # Many finishes of one partition in one call (finish.lua's logic per job).
+    FINISH_BATCH = "finish_batch"
     ADVANCE = "advance"
     CLEANUP_DONE = "cleanup_done"
     ANNOUNCE = "announce"
@@ -96,6 +109,8 @@ class Script(LuaScript):
     DEAD_LETTER_ENTRY = "dead_letter_entry"
     PRUNE_CONSUMERS = "prune_consumers"
     RATE_LIMIT = "rate_limit"
+    # A job's events after a point (SSE, `Prefer: wait`), registering a watcher when none.
+    HISTORY = "history"
     REDRIVE = "redrive"
     FLEET_TICK = "fleet_tick"
 
@@ -117,9 +132,9 @@ class Script(LuaScript):
 # not job hashes).
 # Everything else is memoized: a resend must answer what the first execution did.
 _REPLAY_SAFE = frozenset({
-    Script.RENEW, Script.PRUNE_CONSUMERS, Script.ENQUEUE, Script.FINISH,
+    Script.RENEW, Script.PRUNE_CONSUMERS, Script.ENQUEUE, Script.FINISH, Script.FINISH_BATCH,
     Script.ADVANCE, Script.CLEANUP_DONE, Script.ANNOUNCE, Script.METER, Script.TAKE,
-    Script.FLEET_TICK, Script.RATE_LIMIT,
+    Script.FLEET_TICK, Script.RATE_LIMIT, Script.HISTORY,
 })  # fmt: skip
 
 # The memo wrapper: the request's memo key is the last KEYS entry and its TTL the last ARGV

@@ -155,7 +155,7 @@ async def test_index_is_written_with_the_job_and_trimmed_to_the_retention(
     members = await redis.zrange(index, 0, -1, withscores=True)
     assert [m for m, _ in members] == [job["id"]]  # the stale entry was trimmed
     assert 0 < await redis.pttl(index) <= 3600 * 1000
-    assert 0 < await redis.pttl(keys.job_events(job["id"])) <= 3600 * 1000
+    assert 0 < await redis.pttl(keys.job_history(job["id"])) <= 3600 * 1000
     # Cancel: a terminal record expires after the configured retention, not 7 days.
     await client.post(f"/v1/jobs/{job['id']}/cancel", headers=AUTH_A)
     assert 0 < await redis.pttl(keys.job(job["id"])) <= 3600 * 1000

@@ -49,7 +49,7 @@ async def test_enqueue_whose_reply_is_lost_answers_created_once(
     assert result.job is not None
     assert result.job.id == result.job_id
     assert await redis.xlen(proxied.keys.stream(0, StreamName.INTERACTIVE)) == 1
-    assert len(await redis.keys("splatq:{p0}:job:*[^s]")) == 1
+    assert len(await redis.keys("splatq:{p0}:job:*[0-9A-Z]")) == 1
 
 
 async def test_cancel_whose_reply_is_lost_answers_canceled(

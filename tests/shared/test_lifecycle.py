@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import orjson
 from redis.asyncio import Redis
 
@@ -135,3 +137,16 @@ async def test_cancel_with_another_tenant_answers_not_found(queue: JobQueue) -> 
     job = await queue.get(result.job_id)
     assert job is not None
     assert job.status == "queued"
+
+
+async def test_enqueue_answers_the_record_it_stored_without_reading_it_back(
+    queue: JobQueue, redis: Redis
+) -> None:
+    """enqueue.lua answers only what it assigned; the producer joins it to what it sent. The
+    record it builds is the stored one (the fair feed may have moved the job into the stream
+    in the same step: only its entry id can differ)."""
+    result = await queue.enqueue(spec(order="A-1"))
+    stored = await queue.get(result.job_id)
+    assert result.job is not None
+    assert stored is not None
+    assert result.job == replace(stored, entry_id=result.job.entry_id)

@@ -15,7 +15,7 @@
 -- Safe to resend (a lost reply): `last_commit` = '<request id> advanced' is written with the
 -- move, and a resend of that very call answers 'ok' without doing anything again.
 local st = redis.call('HMGET', KEYS[1], 'status', 'cancel_requested', 'id', 'last_commit',
-  'tenant', 'lease_token', 'metadata', 'trace_id', 'claim_key', 'entry_id')
+  'tenant', 'lease_token', 'metadata', 'trace_id', 'claim_key', 'entry_id', 'watch')
 local status, job_id = st[1], st[3]
 if not status then
   return {'illegal', 'missing'}
@@ -53,7 +53,7 @@ put('entry_id', entry_id); put('updated_at_ms', now); put('last_commit', rid .. 
 redis.call('HSET', KEYS[1], unpack(sets))
 redis.call('DEL', KEYS[2])
 ack(KEYS[3], ARGV[3], ARGV[2])
-local known = {job_id, st[5], st[7], st[8]}
+local known = {job_id, st[5], st[7], st[8], st[11]}
 emit(KEYS[4], o.events_maxlen, KEYS[1], o.event_id, o.event, o.extra, known, now)
 if o.also then
   emit(KEYS[4], o.events_maxlen, KEYS[1], o.also.event_id, o.also.event, o.also.extra, known,

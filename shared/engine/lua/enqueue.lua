@@ -8,7 +8,8 @@
 --       to go straight into the stream in arrival order (see fair_push),
 --       11 'join' to only join the job holding the claim key, never create one ('' = create),
 --       12.. field/value pairs for the job hash (they include 'tenant' and 'stream')
--- Returns {'created', job_id, entry_id ('' while it waits in a fair queue), flat job hash...} |
+-- Returns {'created', job_id, entry_id ('' while it waits in a fair queue), the field/value
+--         pairs this script added to the record (the caller holds the rest)...} |
 --         {'duplicate', job_id, claim_status} | {'not_joined'} (join only, and no live claim) |
 --         {'exists', job_id} | {'overloaded', backlog, scope ('tenant' | 'stream')}
 local job_id = ARGV[1]
@@ -34,6 +35,7 @@ for i = 12, #ARGV, 2 do
   fields[#fields + 1] = ARGV[i + 1]
   given[ARGV[i]] = ARGV[i + 1]
 end
+local given_n = #fields
 local tenant, stream_name = given['tenant'] or '', given['stream'] or ''
 local function put(name, value)
   fields[#fields + 1] = name
@@ -98,9 +100,8 @@ else
 end
 emit(KEYS[3], ARGV[4], KEYS[1], ARGV[2], ARGV[6], ARGV[7],
   {job_id, tenant, given['metadata'], given['trace_id']}, now)
--- The new record comes back with the reply: the producer needs no second round trip.
-local out = redis.call('HGETALL', KEYS[1])
-table.insert(out, 1, entry_id)
-table.insert(out, 1, job_id)
-table.insert(out, 1, 'created')
+-- Only what this script assigned comes back (the producer sent the rest): the record is
+-- not read back nor shipped whole.
+local out = {'created', job_id, entry_id}
+for i = given_n + 1, #fields do out[#out + 1] = fields[i] end
 return out

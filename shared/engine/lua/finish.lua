@@ -21,7 +21,7 @@
 local target = ARGV[4]
 local st = redis.call('HMGET', KEYS[1], 'status', 'cancel_requested', 'id', 'last_commit',
   'tenant', 'stream', 'lease_token', 'metadata', 'trace_id', 'backlog_counted', 'fq',
-  'current_stage')
+  'current_stage', 'watch')
 local status, cancel, job_id = st[1], st[2], st[3]
 if not status then
   return {'illegal', 'missing'}
@@ -115,8 +115,8 @@ local event_name = ARGV[5]
 local extra = ARGV[8]
 if target == 'canceled' then event_name = ARGV[17]; extra = '' end
 if event_name ~= '' then
-  emit(KEYS[4], ARGV[7], KEYS[1], ARGV[6], event_name, extra, {job_id, st[5], st[8], st[9]},
-    now)
+  emit(KEYS[4], ARGV[7], KEYS[1], ARGV[6], event_name, extra,
+    {job_id, st[5], st[8], st[9], st[13]}, now)
 end
 if ARGV[14] == 'handoff' then
   -- Keep the entry pending (its place in line) but hand it to a parking consumer with an

@@ -1,0 +1,60 @@
+"""A job's own event history as SSE and `Prefer: wait` read it. Pure: the Redis side is
+lua/history.lua (`Producers.job_history` runs it).
+
+The history is a list of compact items, `<ms>\\t<name>\\t<event id>\\t<extra>`, one per
+event (`emit` in lua/_preamble.lua writes them), not the payloads: the payload's other parts
+-- the job id and its metadata -- are in the record, so an item is a few dozen bytes where a
+payload repeats the metadata. `payload` rebuilds the very bytes `emit` sent to the outbox
+(the webhook body), and a test holds the two to that.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+# The SSE id of the start of a history (nothing read yet).
+START = "0-0"
+
+
+@dataclass(frozen=True, slots=True)
+class HistoryEvent:
+    """One event of a job's history: its SSE id, its name and its payload (JSON text)."""
+
+    id: str
+    type: str
+    payload: str
+
+
+def split_id(event_id: str) -> tuple[int, int]:
+    """`<ms>-<seq>` -> (ms, seq); the caller validated the form (views.valid_stream_id)."""
+    ms, _, seq = event_id.partition("-")
+    return int(ms), int(seq or 0)
+
+
+def payload(name: str, event_id: str, ms: int, job_id: str, metadata: str, extra: str) -> str:
+    """The event's payload exactly as `emit` built it for the outbox."""
+    meta = metadata or "{}"
+    body = (
+        f'{{"event":"{name}","id":"{event_id}","timestamp":{ms // 1000},'
+        f'"data":{{"job_id":"{job_id}","metadata":{meta}'
+    )
+    if extra:
+        body += "," + extra
+    return body + "}}"
+
+
+def decode(reply: list[object]) -> list[HistoryEvent]:
+    """history.lua's items (after the job id, metadata and wake id) as events."""
+    job_id, metadata = str(reply[0]), str(reply[1])
+    out: list[HistoryEvent] = []
+    for item in reply[3:]:
+        assert isinstance(item, list)
+        if len(item) == 3:  # the legacy stream: the payload itself
+            out.append(HistoryEvent(str(item[0]), str(item[1]), str(item[2])))
+            continue
+        sse_id, compact = str(item[0]), str(item[1])
+        ms, name, event_id, extra = compact.split("\t", 3)
+        out.append(
+            HistoryEvent(sse_id, name, payload(name, event_id, int(ms), job_id, metadata, extra))
+        )
+    return out
