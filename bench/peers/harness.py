@@ -10,6 +10,7 @@ import argparse
 import asyncio
 import contextlib
 import os
+import re
 import signal
 import time
 from collections.abc import Awaitable
@@ -53,6 +54,9 @@ class Measurement:
     # Redis's used_memory after the drain less before the enqueue, per job: what a finished
     # job leaves behind (records, histories, indexes) until retention removes it.
     retained_bytes_per_job: float = 0.0
+    # Of that, the part in structures that stop growing (the outbox, capped; replay memos,
+    # expiring): the rest is what each job keeps for its whole retention.
+    bounded_bytes_per_job: float = 0.0
     # INFO commandstats per phase: command -> (calls per job, usec per job)
     enqueue_commands: dict[str, tuple[float, float]] = field(default_factory=dict)
     drain_commands: dict[str, tuple[float, float]] = field(default_factory=dict)
@@ -77,6 +81,27 @@ async def _redis_memory(redis_url: str) -> int:
     client = Redis.from_url(redis_url)
     try:
         return int((await client.info("memory"))["used_memory"])
+    finally:
+        await client.aclose()
+
+
+# Memory that does not grow with the jobs kept: splatq's outbox streams (capped at
+# SPLATQ_EVENTS_MAXLEN entries per partition) and its replay memos (they expire within a
+# minute). Reported apart from what each finished job keeps until its retention ends.
+_BOUNDED = re.compile(r"^splatq:\{p\d+\}:(events|replay:.*)$")
+
+
+async def _bounded_memory(redis_url: str) -> int:
+    """Bytes (MEMORY USAGE, every element counted) of the keys `_BOUNDED` names."""
+    from redis.asyncio import Redis  # noqa: PLC0415 - keeps the adapters' imports first
+
+    client = Redis.from_url(redis_url, decode_responses=True)
+    try:
+        total = 0
+        async for key in client.scan_iter(match="splatq:*", count=1000):
+            if _BOUNDED.match(key):
+                total += int(await client.memory_usage(key, samples=0) or 0)
+        return total
     finally:
         await client.aclose()
 
@@ -127,6 +152,7 @@ async def check(
     """One round. Raises AssertionError/TimeoutError on a failed check."""
     await peer.reset(redis_url)
     mem0 = await _redis_memory(redis_url)
+    bounded0 = await _bounded_memory(redis_url)
     await _command_stats(redis_url, reset=True)
     cpu0 = await _redis_cpu_s(redis_url)
     t0 = time.perf_counter()
@@ -163,6 +189,7 @@ async def check(
         # What the finished jobs leave behind, after the worker has gone (its own connection
         # and consumer state go with it).
         retained = (await _redis_memory(redis_url) - mem0) / n_jobs
+        bounded = (await _bounded_memory(redis_url) - bounded0) / n_jobs
         await peer.reset(redis_url)
 
     assert first is not None
@@ -184,6 +211,7 @@ async def check(
         enqueue_cpu_us_per_job=(cpu_enqueued - cpu0) * 1e6 / n_jobs,
         drain_cpu_us_per_job=(cpu_end - cpu_enqueued) * 1e6 / n_jobs,
         retained_bytes_per_job=retained,
+        bounded_bytes_per_job=bounded,
         enqueue_commands=enqueue_commands,
         drain_commands=drain_commands,
     )

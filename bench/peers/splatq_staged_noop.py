@@ -67,14 +67,15 @@ def worker_command(redis_url: str, concurrency: int) -> list[str]:
 
 
 async def remaining(redis_url: str) -> int:
-    """Jobs not finished: entries in any stage's streams (cleanup's included) and jobs still
-    waiting in the tenants' fair queues."""
+    """Jobs not finished: what `splatq_noop` counts (the jobs' own streams, which the first
+    stage reads, and the tenants' fair queues) and the entries in every later stage's
+    streams (cleanup's included)."""
     client = connect(redis_url)
     try:
         queue = JobQueue(client, Settings(redis_url=redis_url))
         waiting = sum([(await queue.waiting(0, stream)).in_line for stream in STREAMS])
         entries = 0
-        for stage in ALL_STAGES:
+        for stage in ALL_STAGES[1:]:  # the first stage's streams are the jobs' own
             for stream in STREAMS:
                 entries += await client.xlen(queue.keys.stage_stream(0, stage.value, stream))
         return waiting + entries

@@ -64,6 +64,7 @@ from splatq.shared.engine.fairness import fairness_of
 from splatq.shared.engine.ids import new_trace_id
 from splatq.shared.engine.metrics import QueueMetrics, register_build_info
 from splatq.shared.engine.queue import JobQueue
+from splatq.shared.redis import tuning
 from splatq.shared.redis.client import connect
 from splatq.shared.redis.replica_wait import ReplicaWait
 from splatq.shared.settings import Settings
@@ -281,6 +282,8 @@ def create_app(
         )
         queue = JobQueue(redis, settings)
         await queue.setup()
+        for problem in await tuning.check(redis):
+            log.warning("redis.config", problem=problem)
         app[QUEUE] = queue
         app[SSE_QUEUE] = JobQueue(sse_redis, settings)
         app[TENANTS] = TenantStore(redis)

@@ -22,6 +22,8 @@ from redis.asyncio import Redis
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError
 
+from splatq.shared.redis.tuning import tuning_arguments
+
 
 class RedisServerError(RuntimeError):
     """redis-server is missing or did not come up."""
@@ -91,6 +93,7 @@ class RedisServer:
             "--protected-mode", "no",
             "--daemonize", "no",
             "--logfile", str((self.data_dir / "redis.log").resolve()),
+            *tuning_arguments(),
         ]  # fmt: skip
 
     async def start(self, timeout_s: float = 15.0) -> None:
