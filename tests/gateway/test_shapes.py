@@ -147,13 +147,13 @@ def test_the_parsers_accept_exactly_the_members_the_request_shapes_name() -> Non
     assert field_names(JobParams) == submission.PARAMS
     assert field_names(SubmitJobForm) == submission.FORM_PARTS
     assert field_names(SubmitJobJson) == submission.PARAMS | {"image", "image_url"}
-    assert endpoints.CREATE_FIELDS == field_names(EndpointCreate)
-    assert endpoints.UPDATE_FIELDS == field_names(EndpointUpdate)
-    assert admin.CREATE_FIELDS == field_names(TenantCreate)
-    assert admin.UPDATE_FIELDS == field_names(TenantUpdate)
-    assert admin.KEY_FIELDS == field_names(KeyCreate)
-    assert admin.QUOTA_FIELDS == field_names(QuotaSet)
-    assert admin_ops.ACTION_FIELDS == field_names(DeadLetterAction)
+    assert field_names(EndpointCreate) == endpoints.CREATE_FIELDS
+    assert field_names(EndpointUpdate) == endpoints.UPDATE_FIELDS
+    assert field_names(TenantCreate) == admin.CREATE_FIELDS
+    assert field_names(TenantUpdate) == admin.UPDATE_FIELDS
+    assert field_names(KeyCreate) == admin.KEY_FIELDS
+    assert field_names(QuotaSet) == admin.QUOTA_FIELDS
+    assert field_names(DeadLetterAction) == admin_ops.ACTION_FIELDS
 
 
 def test_the_shapes_name_what_the_code_has() -> None:
