@@ -22,17 +22,33 @@ from splatq.services.gateway.endpoints import _check_fields, _json_body
 from splatq.services.gateway.problems import ApiError, invalid_request, not_found
 from splatq.services.gateway.quota_gate import usage_view
 from splatq.services.gateway.server import NO_STORE
+from splatq.services.gateway.shape_schema import field_names
+from splatq.services.gateway.shapes_requests import (
+    MAX_CAP,
+    MAX_GRACE_S,
+    MAX_QUOTA_SECONDS,
+    KeyCreate,
+    QuotaSet,
+    TenantCreate,
+    TenantUpdate,
+)
 from splatq.services.gateway.views import rfc3339
 from splatq.shared.engine.keys import StreamName
 from splatq.shared.tenants.apikeys import KEY_ID_PATTERN
 from splatq.shared.tenants.periods import Period
-from splatq.shared.tenants.store import KeyInfo, TenantError, TenantScheduling, TenantStore
+from splatq.shared.tenants.store import (
+    MAX_WEIGHT,
+    KeyInfo,
+    TenantError,
+    TenantScheduling,
+    TenantStore,
+)
 
-CREATE_FIELDS = frozenset({"tenant", "weight", "running_caps"})
-UPDATE_FIELDS = frozenset({"weight", "running_caps"})
-KEY_FIELDS = frozenset({"label", "rotate", "grace_seconds"})
-QUOTA_FIELDS = frozenset({"gpu_seconds", "period"})
-MAX_GRACE_S = 30 * 24 * 3600
+# The members each body may have: the shapes the OpenAPI document states (shapes_requests).
+CREATE_FIELDS = field_names(TenantCreate)
+UPDATE_FIELDS = field_names(TenantUpdate)
+KEY_FIELDS = field_names(KeyCreate)
+QUOTA_FIELDS = field_names(QuotaSet)
 KEY_ID_RE = re.compile(KEY_ID_PATTERN)
 
 
@@ -95,7 +111,7 @@ def _caps(doc: Mapping[str, Any]) -> dict[StreamName, int]:
     unknown = sorted(set(raw) - names)
     if unknown:
         raise invalid_request(f"running_caps has unknown class {unknown[0]!r}")
-    return {StreamName(k): _int_field(raw, k, 0, 1_000_000) for k in raw}
+    return {StreamName(k): _int_field(raw, k, 0, MAX_CAP) for k in raw}
 
 
 def _scheduling_view(s: TenantScheduling) -> dict[str, Any]:
@@ -133,7 +149,7 @@ async def create_tenant(request: web.Request) -> web.Response:
     tenant = doc.get("tenant")
     if not isinstance(tenant, str):
         raise invalid_request("tenant (a string) is required")
-    weight = _int_field(doc, "weight", 1, 1000) if "weight" in doc else 1
+    weight = _int_field(doc, "weight", 1, MAX_WEIGHT) if "weight" in doc else 1
     try:
         await store.create(tenant, weight, _caps(doc))
     except TenantError as exc:
@@ -163,7 +179,7 @@ async def update_tenant(request: web.Request) -> web.Response:
     tenant = await _known_tenant(request, store)
     doc = await _json_body(request)
     _check_fields(doc, UPDATE_FIELDS)
-    weight = _int_field(doc, "weight", 1, 1000) if "weight" in doc else None
+    weight = _int_field(doc, "weight", 1, MAX_WEIGHT) if "weight" in doc else None
     await store.update(tenant, weight=weight, caps=_caps(doc))
     return _json(await _tenant_view(request, store, tenant))
 
@@ -222,7 +238,9 @@ async def set_quota(request: web.Request) -> web.Response:
         raise invalid_request("gpu_seconds is required (a number of GPU-seconds, or null)")
     seconds = doc["gpu_seconds"]
     if seconds is not None and (
-        not isinstance(seconds, int | float) or isinstance(seconds, bool) or not 0 <= seconds < 1e12
+        not isinstance(seconds, int | float)
+        or isinstance(seconds, bool)
+        or not 0 <= seconds < MAX_QUOTA_SECONDS
     ):
         raise invalid_request("gpu_seconds must be a number >= 0, or null for no quota")
     try:

@@ -16,6 +16,8 @@ from splatq.services.gateway.auth import authenticate_admin
 from splatq.services.gateway.endpoints import _check_fields, _json_body
 from splatq.services.gateway.ops_stats import read_stats
 from splatq.services.gateway.problems import ApiError, invalid_request, not_found
+from splatq.services.gateway.shape_schema import field_names
+from splatq.services.gateway.shapes_requests import MAX_ACTOR, DeadLetterAction
 from splatq.services.gateway.views import error_view, rfc3339, stages_view, valid_stream_id
 from splatq.shared.engine.queue import DeadLetter
 from splatq.shared.engine.stages import PIPELINE, PipelineStage
@@ -26,12 +28,11 @@ from splatq.shared.maintenance.dlq_ops import AuditedDeadLetters, describe, newe
 from splatq.shared.maintenance.keys import DeadLetterKind, MaintenanceKeys
 from splatq.shared.maintenance.store import TaskStore
 
-ACTION_FIELDS = frozenset({"from_stage", "actor"})
+ACTION_FIELDS = field_names(DeadLetterAction)  # the shape the OpenAPI document states
 DEFAULT_LIMIT = 50
 MAX_LIMIT = 500
 HISTORY = 10
 DEATH_LOG_EVENTS = 100
-MAX_ACTOR = 64
 
 
 def add_admin_ops_routes(app: web.Application) -> None:

@@ -20,6 +20,8 @@ from splatq.services.gateway.auth import authenticate
 from splatq.services.gateway.digits import is_digits
 from splatq.services.gateway.problems import ApiError, invalid_request, not_found
 from splatq.services.gateway.server import NO_STORE
+from splatq.services.gateway.shape_schema import field_names
+from splatq.services.gateway.shapes_requests import EndpointCreate, EndpointUpdate, RecoverRequest
 from splatq.services.gateway.submission import check_webhook_url, read_capped
 from splatq.services.gateway.views import rfc3339, valid_stream_id
 from splatq.shared.engine.events import EventType
@@ -29,8 +31,10 @@ from splatq.shared.webhooks.store import TEST_EVENT, WebhookStore
 
 MAX_BODY_BYTES = 16 * 1024
 EVENT_NAMES = frozenset(e.value for e in EventType)
-CREATE_FIELDS = frozenset({"url", "events", "headers"})
-UPDATE_FIELDS = frozenset({"url", "events", "enabled", "headers"})
+# The members each body may have: the shapes the OpenAPI document states (shapes_requests).
+CREATE_FIELDS = field_names(EndpointCreate)
+UPDATE_FIELDS = field_names(EndpointUpdate)
+RECOVER_FIELDS = field_names(RecoverRequest)
 DEFAULT_ATTEMPTS_LIMIT = 20
 MAX_ATTEMPTS_LIMIT = 100
 
@@ -249,7 +253,7 @@ async def recover(request: web.Request) -> web.Response:
     tenant = await authenticate(request)
     endpoint = await _owned(request, tenant)
     doc = await _json_body(request)
-    _check_fields(doc, frozenset({"since"}))
+    _check_fields(doc, RECOVER_FIELDS)
     if "since" not in doc:
         raise invalid_request("since is required (RFC 3339)")
     since_ms = parse_since(doc["since"], int(time.time() * 1000))

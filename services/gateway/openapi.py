@@ -1,8 +1,11 @@
 """The OpenAPI 3.1 description of the gateway's HTTP API (served at /openapi.json and rendered
 at /docs), assembled from one module per resource: openapi_jobs (submit, list, read, cancel,
 artifacts, events), openapi_events (event payloads, webhooks, SSE items, attempts),
-openapi_endpoints (webhook endpoints and secrets), openapi_tenants (usage and admin) and
-openapi_common (problems, named enums).
+openapi_endpoints (webhook endpoints and secrets), openapi_tenants (usage and admin),
+openapi_console (the console and the operator endpoints), openapi_upstream (hosted models and
+the result cache) and openapi_common (problems, named enums). Every request and answer schema
+is derived from the API's shapes (services/gateway/shapes.py, shapes_admin.py,
+shapes_requests.py) by services/gateway/shape_schema.py.
 
 Tests check that every route is described, that every operation has a summary and a tag, that
 the request schemas name exactly the fields the parsers accept, that a client generated from it
@@ -14,7 +17,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from splatq.services.gateway.openapi_common import ENUMS, PROBLEM_SCHEMA, RETRY_AFTER, problem
+from splatq.services.gateway.openapi_common import ENUMS, RETRY_AFTER, problem
 from splatq.services.gateway.openapi_console import OPERATIONS as CONSOLE_OPERATIONS
 from splatq.services.gateway.openapi_console import SCHEMAS as CONSOLE_SCHEMAS
 from splatq.services.gateway.openapi_console import TAG as CONSOLE_TAG
@@ -28,12 +31,12 @@ from splatq.services.gateway.openapi_events import (
 )
 from splatq.services.gateway.openapi_jobs import JOB_SCHEMA, job_paths
 from splatq.services.gateway.openapi_jobs import SCHEMAS as JOB_SCHEMAS
-from splatq.services.gateway.openapi_stages import JOB_STAGE
 from splatq.services.gateway.openapi_tenants import SCHEMAS as TENANT_SCHEMAS
 from splatq.services.gateway.openapi_tenants import tenant_paths
 from splatq.services.gateway.openapi_upstream import OPERATIONS as UPSTREAM_OPERATIONS
 from splatq.services.gateway.openapi_upstream import SCHEMAS as UPSTREAM_SCHEMAS
 from splatq.services.gateway.openapi_upstream import upstream_paths
+from splatq.services.gateway.shapes import JobStage, Problem, schema
 from splatq.shared import __version__
 
 TAGS = [
@@ -146,11 +149,11 @@ def _document(server_url: str, max_wait_s: int) -> dict[str, Any]:
                 },
             },
             "schemas": {
-                "Problem": PROBLEM_SCHEMA,
+                "Problem": schema(Problem),
                 **ENUMS,
                 **JOB_SCHEMAS,
                 "Job": JOB_SCHEMA,
-                "JobStage": JOB_STAGE,
+                "JobStage": schema(JobStage),
                 **event_schemas(),
                 "DeliveryAttempt": ATTEMPT_SCHEMA,
                 "DeliveryAttemptPage": ATTEMPT_PAGE,

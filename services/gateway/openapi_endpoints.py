@@ -1,60 +1,34 @@
 """Webhooks in the OpenAPI document: the registered endpoints (`/v1/webhook-endpoints`), their
-secrets and attempt logs, and the tenant's secret for per-job webhook_urls."""
+secrets and attempt logs, and the tenant's secret for per-job webhook_urls. The schemas are
+derived from the shapes (services/gateway/shapes.py, shapes_requests.py)."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from splatq.services.gateway.openapi_common import (
-    HTTPS_URL_PATTERN,
     NO_STORE_HEADER,
     REQUEST_TIMEOUT,
-    TIME_OR_NULL,
     UNAUTHORIZED,
     UNAVAILABLE,
-    ZONED_TIME,
     json_request,
     ok,
     problem,
-    ref,
 )
 from splatq.services.gateway.openapi_events import STREAM_ID
-from splatq.services.gateway.submission import MAX_URL_LENGTH
-from splatq.shared.webhooks import headers as custom_headers
+from splatq.services.gateway.shape_schema import ref
+from splatq.services.gateway.shapes import (
+    EndpointList,
+    Recovered,
+    SentTestEvent,
+    TenantSecret,
+    WebhookEndpoint,
+    schema,
+)
+from splatq.services.gateway.shapes_requests import EndpointCreate, EndpointUpdate, RecoverRequest
 from splatq.shared.webhooks.store import TEST_EVENT
 
-ENDPOINT_SCHEMA: dict[str, Any] = {
-    "type": "object",
-    "required": ["id", "url", "events", "enabled", "created_at", "health", "urls"],
-    "properties": {
-        "id": {"type": "string", "pattern": "^ep_[0-9A-Z]{26}$"},
-        "url": {"type": "string"},
-        "events": {"type": "array", "items": {"type": "string"},
-                   "description": "subscribed event types; empty means every event"},
-        "enabled": {"type": "boolean"},
-        "created_at": {"type": "string", "format": "date-time"},
-        "disabled_at": TIME_OR_NULL,
-        "disabled_reason": {"type": ["string", "null"]},
-        "health": {
-            "type": "object",
-            "required": ["circuit", "consecutive_failures"],
-            "properties": {
-                "circuit": {"type": "string", "enum": ["closed", "open", "half_open"]},
-                "open_until": TIME_OR_NULL,
-                "consecutive_failures": {"type": "integer", "minimum": 0},
-                "failing_since": TIME_OR_NULL,
-                "last_success_at": TIME_OR_NULL,
-                "last_failure_at": TIME_OR_NULL,
-            },
-        },
-        "headers": {"type": "object", "additionalProperties": {"type": "string"},
-                    "description": "custom headers sent with every delivery"},
-        "previous_secret_expires_at": TIME_OR_NULL,
-        "secret": {"type": "string", "pattern": "^whsec_",
-                   "description": "only when created and after a rotation"},
-        "urls": {"type": "object", "properties": {"self": {"type": "string"}}},
-    },
-}  # fmt: skip
+ENDPOINT_SCHEMA: dict[str, Any] = schema(WebhookEndpoint)
 _ENDPOINT_ID = {
     "name": "endpoint_id", "in": "path", "required": True,
     "schema": {"type": "string", "maxLength": 64},
@@ -71,49 +45,12 @@ _JSON_BODY_ERRORS = {
     "413": problem("payload_too_large: the body exceeds 16 KB"),
     "415": problem("unsupported_media_type: the body must be application/json"),
 }
-_EVENTS = {"type": "array", "items": ref("EventName"),
-           "description": "the events to send; empty: every event"}  # fmt: skip
-_URL = {
-    "type": "string",
-    "minLength": 1,
-    "maxLength": MAX_URL_LENGTH,
-    "pattern": HTTPS_URL_PATTERN,
-    "description": "where to POST the events: an https URL of a public host name (no IP "
-    "literal, no single-label or local name: 400 invalid_request from the SSRF guard); http "
-    "and private hosts only where SPLATQ_WEBHOOK_ALLOW_PRIVATE is set (testing)",
-}
-_HEADERS = {
-    "type": ["object", "null"],
-    "maxProperties": custom_headers.MAX_HEADERS,
-    "propertyNames": {
-        "maxLength": custom_headers.MAX_NAME,
-        "pattern": "^[!#$%&'*+.^_`|~0-9A-Za-z-]+$",
-    },
-    "additionalProperties": {
-        "type": "string",
-        "maxLength": custom_headers.MAX_VALUE,
-        "pattern": "^[\\x20-\\x7e]*$",
-    },
-    "description": "custom headers sent with every delivery: values of visible ASCII and "
-    "spaces; hop-by-hop, framing, User-Agent, tracing and webhook-*/proxy-* (signature) "
-    "headers are refused (names compared case-insensitively, each name once); at most "
-    f"{custom_headers.MAX_TOTAL} bytes in all; PATCH replaces the set, null clears it",
-    "examples": [{"X-Api-Key": "rk_live_4f1c"}],
-}
 
 
 def _secret_responses(description: str) -> dict[str, Any]:
     """The answers of GET /v1/webhook-secret and POST /v1/webhook-secret/rotate."""
-    schema = {
-        "type": "object",
-        "required": ["secret", "previous_secret_expires_at"],
-        "properties": {
-            "secret": {"type": "string", "pattern": "^whsec_"},
-            "scheme": {"type": "string"},
-            "previous_secret_expires_at": TIME_OR_NULL,
-        },
-    }
-    return {**ok(description, schema, headers=NO_STORE_HEADER), "401": UNAUTHORIZED,
+    answer = schema(TenantSecret)
+    return {**ok(description, answer, headers=NO_STORE_HEADER), "401": UNAUTHORIZED,
             "503": UNAVAILABLE}  # fmt: skip
 
 
@@ -135,27 +72,13 @@ def secret_paths() -> dict[str, Any]:
 
 
 def _recover() -> dict[str, Any]:
-    answer = {
-        "type": "object",
-        "required": ["recovered", "expired", "truncated"],
-        "properties": {
-            "endpoint_id": {"type": "string"},
-            "since": {"type": "string"},
-            "recovered": {"type": "integer", "minimum": 0},
-            "expired": {"type": "integer", "minimum": 0},
-            "truncated": {"type": "boolean"},
-            "limit": {"type": "integer"},
-        },
-    }
+    answer = schema(Recovered)
     return {
         "operationId": "recoverWebhookEndpoint",
         "description": "Send again the endpoint's failed messages since a time (at most "
         "SPLATQ_WEBHOOK_RECOVER_LIMIT per call); a time in the future is refused (400).",
         "parameters": [_ENDPOINT_ID],
-        "requestBody": json_request({
-            "type": "object", "required": ["since"], "additionalProperties": False,
-            "properties": {"since": ZONED_TIME},
-        }),
+        "requestBody": json_request(RecoverRequest),
         "responses": {**ok("messages queued again", answer, "202"), **_JSON_BODY_ERRORS,
                       **_ENDPOINT_404,
                       "409": problem("endpoint_disabled: enable the endpoint first")},
@@ -163,16 +86,7 @@ def _recover() -> dict[str, Any]:
 
 
 def _test() -> dict[str, Any]:
-    answer = {
-        "type": "object",
-        "required": ["endpoint_id", "event", "event_id"],
-        "properties": {
-            "endpoint_id": {"type": "string"},
-            "event": {"const": TEST_EVENT},
-            "event_id": {"type": "string"},
-            "attempts_url": {"type": "string"},
-        },
-    }
+    answer = schema(SentTestEvent)
     return {
         "operationId": "testWebhookEndpoint",
         "description": f"Send a `{TEST_EVENT}` event to this endpoint through the normal "
@@ -207,21 +121,14 @@ def _attempts() -> dict[str, Any]:
 
 
 def endpoint_paths() -> dict[str, Any]:
-    listed = {
-        "type": "object",
-        "required": ["data"],
-        "properties": {"data": {"type": "array", "items": ref("WebhookEndpoint")}},
-    }
+    listed = schema(EndpointList)
     return {
         "/v1/webhook-endpoints": {
             "post": {
                 "operationId": "createWebhookEndpoint",
                 "description": "Register an endpoint for the tenant's job events; the answer "
                 "carries its own whsec_ secret.",
-                "requestBody": json_request({
-                    "type": "object", "required": ["url"], "additionalProperties": False,
-                    "properties": {"url": _URL, "events": _EVENTS, "headers": _HEADERS},
-                }),
+                "requestBody": json_request(EndpointCreate),
                 "responses": {
                     "201": {"description": "created", "content": _ENDPOINT,
                             "headers": {"Location": {"schema": {"type": "string"}},
@@ -245,11 +152,7 @@ def endpoint_paths() -> dict[str, Any]:
                 "description": "Change url, events or enabled; enabling clears the failure "
                 "record and closes the circuit.",
                 "parameters": [_ENDPOINT_ID],
-                "requestBody": json_request({
-                    "type": "object", "additionalProperties": False,
-                    "properties": {"url": _URL, "events": _EVENTS,
-                                   "enabled": {"type": "boolean"}, "headers": _HEADERS},
-                }),
+                "requestBody": json_request(EndpointUpdate),
                 "responses": {"200": {"description": "updated", "content": _ENDPOINT},
                               **_JSON_BODY_ERRORS, **_ENDPOINT_404},
             },

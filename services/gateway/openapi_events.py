@@ -7,11 +7,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from splatq.services.gateway.openapi_common import ref
 from splatq.services.gateway.openapi_stages import (
     PREVIEW_READY_DESCRIPTION,
     PROGRESS_DESCRIPTION,
     PROGRESS_STAGE_MEMBERS,
+)
+from splatq.services.gateway.shape_schema import ref
+from splatq.services.gateway.shapes import (
+    JOB_EXAMPLE,
+    DeliveryAttempt,
+    DeliveryAttemptPage,
+    schema,
 )
 from splatq.services.gateway.views import STREAM_ID_PATTERN
 from splatq.shared.engine.events import TERMINAL_EVENTS, EventType
@@ -69,34 +75,6 @@ def schema_name(event: str) -> str:
 
 # The job events (what SSE carries); TestEvent is delivered to endpoints only.
 EVENT_SCHEMA_NAMES = [schema_name(e) for e in _EVENT_DATA]
-_JOB_URL = "https://api.example.com/v1/jobs/job_00006H2ZREWFRZ99JDC12Z65BYVF8"
-JOB_EXAMPLE: dict[str, Any] = {
-    "id": "job_00006H2ZREWFRZ99JDC12Z65BYVF8", "status": "completed", "quality": "preview",
-    "stream": "interactive", "created_at": "2026-12-01T09:30:00.120Z",
-    "started_at": "2026-12-01T09:30:00.480Z", "completed_at": "2026-12-01T09:30:03.910Z",
-    "attempts": 1, "deliveries": 1, "delivery_charge": 0.0, "progress": 1.0,
-    "stage": "completed", "current_stage": "publish",
-    "stages": {
-        stage: {"status": "succeeded" if stage != "cleanup" else "pending",
-                "attempts": 1 if stage != "cleanup" else 0,
-                "started_at": start if stage != "cleanup" else None,
-                "finished_at": end if stage != "cleanup" else None, "error": None}
-        for stage, start, end in (
-            ("ingest", "2026-12-01T09:30:00.480Z", "2026-12-01T09:30:00.610Z"),
-            ("reconstruct", "2026-12-01T09:30:00.640Z", "2026-12-01T09:30:02.950Z"),
-            ("export", "2026-12-01T09:30:02.990Z", "2026-12-01T09:30:03.240Z"),
-            ("render", "2026-12-01T09:30:03.270Z", "2026-12-01T09:30:03.700Z"),
-            ("publish", "2026-12-01T09:30:03.730Z", "2026-12-01T09:30:03.910Z"),
-            ("cleanup", None, None),
-        )
-    },
-    "cached": False, "stale": False, "model": "builtin", "foreground": "segmented",
-    "compute_time_ms": 3430, "error": None,
-    "artifacts": {name: f"{_JOB_URL}/artifacts/{name}"
-                  for name in ("gaussian_ply", "splat", "rendered_preview", "mask")},
-    "metadata": {"order": "A-1042"}, "upstream": None,
-    "urls": {"get": _JOB_URL, "cancel": f"{_JOB_URL}/cancel", "events": f"{_JOB_URL}/events"},
-}  # fmt: skip
 
 
 def _event_schema(event: str, data: dict[str, Any]) -> dict[str, Any]:
@@ -184,42 +162,6 @@ def webhooks() -> dict[str, Any]:
     return out
 
 
-# One delivery attempt, as the dispatcher records it (services/webhook_dispatcher/
-# dispatcher.py `_attempt_record`): GET /v1/jobs/{id}/deliveries and the endpoint attempt log.
-ATTEMPT_SCHEMA: dict[str, Any] = {
-    "type": "object",
-    "required": ["message_id", "event_id", "event", "target", "url", "attempt", "at",
-                 "status_code", "latency_ms", "outcome"],
-    "properties": {
-        "message_id": {"type": "string", "description": "<event id>:<target>"},
-        "event_id": {"type": "string", "description": "the webhook-id header"},
-        "event": {"type": "string"},
-        "target": {"type": "string", "description": "an endpoint id, or `job` (webhook_url)"},
-        "url": {"type": "string"},
-        "attempt": {"type": "integer", "minimum": 1},
-        "at": {"type": "integer", "description": "Unix seconds"},
-        "status_code": {"type": ["integer", "null"], "description": "null: no HTTP answer"},
-        "latency_ms": {"type": "number", "minimum": 0},
-        "outcome": {"type": "string", "enum": ["delivered", "retry", "failed", "dropped"]},
-        "error": {"type": ["string", "null"]},
-        "response": {"type": ["string", "null"], "description": "the answer's first bytes"},
-        "probe": {"type": "boolean", "description": "sent as a half-open circuit's probe"},
-    },
-    "examples": [{
-        "message_id": "evt_06H2ZREWFVDJYKDAM8D9CVSYDR:ep_06H2ZREXH1YX0PG5WMR2BWK280",
-        "event_id": "evt_06H2ZREWFVDJYKDAM8D9CVSYDR", "event": "3d_reconstruction.completed",
-        "target": "ep_06H2ZREXH1YX0PG5WMR2BWK280", "url": "https://hooks.example.com/splatq",
-        "attempt": 1, "at": 1764581403, "status_code": 200, "latency_ms": 84.2,
-        "outcome": "delivered", "error": None, "response": "ok",
-    }],
-}  # fmt: skip
-ATTEMPT_PAGE: dict[str, Any] = {
-    "type": "object",
-    "required": ["endpoint_id", "items", "next_cursor", "next"],
-    "properties": {
-        "endpoint_id": {"type": "string"},
-        "items": {"type": "array", "items": ref("DeliveryAttempt")},
-        "next_cursor": {"type": ["string", "null"]},
-        "next": {"type": ["string", "null"]},
-    },
-}
+# One delivery attempt, as the dispatcher records it, and a page of an endpoint's attempts.
+ATTEMPT_SCHEMA: dict[str, Any] = schema(DeliveryAttempt)
+ATTEMPT_PAGE: dict[str, Any] = schema(DeliveryAttemptPage)

@@ -1,5 +1,6 @@
 """The jobs part of the OpenAPI document: submit (both encodings, typed), list, get, cancel,
-artifacts, the event stream (SSE, each event modelled) and the delivery log; the Job schema.
+artifacts, the event stream (SSE, each event modelled) and the delivery log; the Job schema
+and the submission's (derived from services/gateway/shapes.py and shapes_requests.py).
 
 A generated client must be able to submit from this alone: each encoding is one object schema
 (never a top-level `oneOf`); the image / `image_url` rule is stated in words and, for
@@ -12,31 +13,33 @@ from typing import Any
 
 from splatq.services.gateway import listing
 from splatq.services.gateway.openapi_common import (
-    HTTP_URL_PATTERN,
-    HTTPS_URL_PATTERN,
     REQUEST_TIMEOUT,
     RETRY_AFTER,
     UNAUTHORIZED,
     UNAVAILABLE,
-    ZONED_TIME,
-    nullable,
     ok,
     problem,
-    ref,
 )
-from splatq.services.gateway.openapi_events import JOB_EXAMPLE, STREAM_ID
-from splatq.services.gateway.openapi_stages import (
-    JOB_PROPERTIES,
-    PROGRESSIVE_DESCRIPTION,
-    QUICK_VARIANT_DESCRIPTION,
+from splatq.services.gateway.openapi_events import STREAM_ID
+from splatq.services.gateway.openapi_stages import QUICK_VARIANT_DESCRIPTION
+from splatq.services.gateway.shape_schema import components, ref
+from splatq.services.gateway.shapes import (
+    COMPONENT_NAMES,
+    ArtifactUrls,
+    Job,
+    JobDeliveries,
+    JobError,
+    JobPage,
+    schema,
 )
-from splatq.services.gateway.submission import (
-    BASE64_IMAGE_PATTERN,
-    MAX_IDEMPOTENCY_KEY,
-    MAX_METADATA_BYTES,
-    MAX_PREFER_LENGTH,
-    MAX_URL_LENGTH,
+from splatq.services.gateway.shapes_requests import (
+    RULE,
+    JobParams,
+    SubmitJobForm,
+    SubmitJobJson,
+    ZonedTime,
 )
+from splatq.services.gateway.submission import MAX_IDEMPOTENCY_KEY, MAX_PREFER_LENGTH
 from splatq.shared.storage.store import ARTIFACTS, QUICK_VARIANT
 
 # A real 1x1 PNG: the example replays as an accepted submission.
@@ -51,106 +54,11 @@ _JOB_ID = {
 _JOB = {"application/json": {"schema": ref("Job")}}
 _COMMON = {"401": UNAUTHORIZED, "404": problem("no such job (or another tenant's)"),
            "503": UNAVAILABLE}  # fmt: skip
-_IMAGE_URL = {
-    "type": "string",
-    "minLength": 1,
-    "maxLength": MAX_URL_LENGTH,
-    "format": "uri",
-    "pattern": HTTP_URL_PATTERN,
-    "description": "http(s) URL of the image, fetched through the SSRF guard (in place of "
-    "`image`; a URL its parsers read differently, or with an invalid host name, is a 400; "
-    "422 image_url_forbidden, image_url_unreachable, image_url_too_large)",
-}
-# Exactly one of image / image_url: validators read these, generators ignore them. JSON only:
-# beside a binary property (multipart) a `not` crashes schemathesis' coverage phase.
-_ONE_INPUT: dict[str, Any] = {
-    "if": {"not": {"required": ["image"]}},
-    "then": {"required": ["image_url"]},
-    "dependentSchemas": {"image": {"not": {"required": ["image_url"]}}},
-}
-_RULE = "Send exactly one of `image` and `image_url` (400 invalid_request otherwise)."
-
-PARAM_PROPERTIES: dict[str, Any] = {
-    "quality": {**ref("Quality"), "default": "full"},
-    "webhook_url": {"type": ["string", "null"], "maxLength": MAX_URL_LENGTH,
-                    "pattern": f"^$|{HTTPS_URL_PATTERN}",
-                    "description": "https URL to POST this job's events to, signed with the "
-                    "tenant's secret; checked by the SSRF guard (public hosts only, else 400); "
-                    "empty or null: none"},
-    "webhook_events": {"type": "array", "items": ref("EventName"),
-                       "description": "the events sent to webhook_url; empty: every event"},
-    "metadata": {"type": ["object", "null"],
-                 "description": f"echoed in the job and its events; at most "
-                 f"{MAX_METADATA_BYTES} bytes as JSON"},
-    "cache": {"type": "boolean", "default": True,
-              "description": "answer an identical completed job from the cache"},
-    "progressive": {"type": "boolean", "default": False, "description": PROGRESSIVE_DESCRIPTION},
-}  # fmt: skip
-
-SCHEMAS: dict[str, Any] = {
-    "JobParams": {
-        "type": "object",
-        "additionalProperties": False,
-        "description": "The job's parameters (the multipart `params` part, as JSON).",
-        "properties": PARAM_PROPERTIES,
-    },
-    "SubmitJobJson": {
-        "type": "object",
-        "additionalProperties": False,
-        "description": f"A submission as JSON. {_RULE}",
-        "properties": {
-            "image": {
-                "type": "string",
-                "minLength": 1,
-                "pattern": BASE64_IMAGE_PATTERN,
-                "description": "the image as base64, or a data: URL of it",
-            },
-            "image_url": _IMAGE_URL,
-            **PARAM_PROPERTIES,
-        },
-        **_ONE_INPUT,
-    },
-    "SubmitJobForm": {
-        "type": "object",
-        "additionalProperties": False,
-        "description": f"A submission as multipart/form-data. {_RULE}",
-        "properties": {
-            "image": {
-                "type": "string",
-                "format": "binary",
-                "description": "the image file: PNG, JPEG, WebP, HEIC/HEIF or AVIF; "
-                "EXIF orientation (a HEIF's irot/imir) is applied",
-            },
-            "image_url": _IMAGE_URL,
-            "params": ref("JobParams"),
-        },
-    },
-    "JobError": {
-        "type": "object",
-        "required": ["code", "message", "retryable"],
-        "properties": {
-            "code": {"type": "string"},
-            "message": {"type": "string"},
-            "retryable": {"type": "boolean"},
-        },
-    },
-    "ArtifactUrls": {
-        "type": "object",
-        "description": "gaussian_ply, splat and rendered_preview always; spz and mask (the "
-        "foreground mask stage 0 used, an 8-bit greyscale PNG of the upright photo, 255 = "
-        "object) when the worker wrote them",
-        "properties": {name: {"type": "string"} for name in ARTIFACTS},
-    },
-    "JobPage": {
-        "type": "object",
-        "required": ["items", "next_cursor", "next"],
-        "properties": {
-            "items": {"type": "array", "items": ref("Job")},
-            "next_cursor": {"type": ["string", "null"]},
-            "next": {"type": ["string", "null"], "description": "the next page's URL"},
-        },
-    },
-}
+# The component schemas of this part, derived from the shapes.
+SCHEMAS: dict[str, Any] = components(
+    [JobParams, SubmitJobJson, SubmitJobForm, JobError, ArtifactUrls, JobPage], COMPONENT_NAMES
+)
+JOB_SCHEMA: dict[str, Any] = schema(Job)
 
 _SUBMIT_RESPONSES: dict[str, Any] = {
     "202": {"description": "accepted (queued, or joined an identical in-flight job)",
@@ -217,7 +125,7 @@ def _submit(max_wait_s: int) -> dict[str, Any]:
     }  # fmt: skip
     return {
         "operationId": "submitJob",
-        "description": f"{_RULE} Multipart: an `image` file part (or an `image_url` text part) "
+        "description": f"{RULE} Multipart: an `image` file part (or an `image_url` text part) "
         "and an optional `params` part, a JSON object. JSON: the image as base64 (or a data: "
         "URL) in `image`, or `image_url`, with the params as members.",
         "parameters": [prefer, idempotency],
@@ -247,9 +155,9 @@ def _list_jobs() -> dict[str, Any]:
              "explode": True, "schema": {"type": "array", "items": ref("JobStatus")},
              "description": "jobs in any of these statuses; repeat the parameter (a value "
              "separated with commas is read the same way)"},
-            {"name": "created_since", "in": "query", "required": False, "schema": ZONED_TIME,
+            {"name": "created_since", "in": "query", "required": False, "schema": schema(ZonedTime),
              "description": "created at or after (RFC 3339 with a zone)"},
-            {"name": "created_until", "in": "query", "required": False, "schema": ZONED_TIME,
+            {"name": "created_until", "in": "query", "required": False, "schema": schema(ZonedTime),
              "description": "created before (RFC 3339 with a zone)"},
             {"name": "limit", "in": "query", "required": False,
              "schema": {"type": "integer", "minimum": 1, "maximum": listing.MAX_LIMIT,
@@ -336,10 +244,6 @@ def _events() -> dict[str, Any]:
 
 
 def job_paths(max_wait_s: int) -> dict[str, Any]:
-    deliveries = {"type": "object", "required": ["job_id", "deliveries"],
-                  "properties": {"job_id": {"type": "string"},
-                                 "deliveries": {"type": "array",
-                                                "items": ref("DeliveryAttempt")}}}  # fmt: skip
     return {
         "/v1/jobs": {"post": _submit(max_wait_s), "get": _list_jobs()},
         "/v1/jobs/{job_id}": {
@@ -359,51 +263,6 @@ def job_paths(max_wait_s: int) -> dict[str, Any]:
             "get": {"operationId": "jobDeliveries",
                     "description": "Webhook delivery attempts for this job, oldest first.",
                     "parameters": [_JOB_ID],
-                    "responses": {**ok("the attempts", deliveries), **_COMMON}},
+                    "responses": {**ok("the attempts", schema(JobDeliveries)), **_COMMON}},
         },
     }  # fmt: skip
-
-
-_TIME = {"type": "string", "format": "date-time"}
-JOB_SCHEMA: dict[str, Any] = {
-    "type": "object",
-    "required": ["id", "status", "quality", "stream", "created_at", "attempts", "progress",
-                 "current_stage", "stages", "cached", "error", "artifacts", "metadata", "urls"],
-    "properties": {
-        "id": {"type": "string", "pattern": "^job_[0-9]{3}[0-9A-Z]{26}$"},
-        "status": ref("JobStatus"),
-        "quality": ref("Quality"),
-        "stream": ref("JobStream"),
-        "created_at": _TIME,
-        "started_at": {"type": ["string", "null"], "format": "date-time"},
-        "completed_at": {"type": ["string", "null"], "format": "date-time"},
-        "attempts": {"type": "integer", "minimum": 0},
-        "deliveries": {"type": "integer", "minimum": 0,
-                       "description": "times a worker took the job (released ones not counted)"},
-        "delivery_charge": {"type": "number", "minimum": 0,
-                            "description": "worker deaths charged to the job: 1/k each when k "
-                            "jobs shared the dying worker; SPLATQ_MAX_DELIVERIES applies to it"},
-        "progress": {"type": "number", "minimum": 0, "maximum": 1},
-        "stage": {"type": "string"},
-        **JOB_PROPERTIES,
-        "cached": {"type": "boolean"},
-        "stale": {"type": "boolean",
-                  "description": "a cache answer past its soft TTL (SPLATQ_CACHE_SOFT_TTL_S); "
-                  "one refresh runs in the background"},
-        "model": {"type": ["string", "null"]},
-        "foreground": {"enum": ["alpha", "segmented", "learned", None],
-                       "description": "how the object was separated from its backdrop: the "
-                       "input's own transparency (alpha), the built-in segmentation "
-                       "(segmented) or an installed learned remover (learned); null until "
-                       "known, and for a worker run with SPLATQ_FOREGROUND=none. The mask "
-                       "itself is the `mask` artifact"},
-        "compute_time_ms": {"type": ["integer", "null"]},
-        "error": nullable("JobError"),
-        "artifacts": nullable("ArtifactUrls"),
-        "metadata": {"type": "object"},
-        "upstream": ref("Upstream"),
-        "urls": {"type": "object", "required": ["get", "cancel", "events"],
-                 "properties": {k: {"type": "string"} for k in ("get", "cancel", "events")}},
-    },
-    "examples": [JOB_EXAMPLE],
-}  # fmt: skip

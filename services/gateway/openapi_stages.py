@@ -1,7 +1,8 @@
-"""The staged pipeline in the OpenAPI document: the job's `current_stage` and `stages`
-(one `JobStage` per stage, as services/gateway/views.py `stages_view` renders it) and the
-stage members of the `progress` event (shared/engine/events.py `stage_fields`, and the stage
-start in shared/engine/lua/_preamble.lua `start_entry`).
+"""The staged pipeline in the OpenAPI document: the stage members of the `progress` event
+(shared/engine/events.py `stage_fields`, and the stage start in shared/engine/lua/
+_preamble.lua `start_entry`) and what a receiver should know of the staged events. The job's
+`current_stage` and `stages` (one `JobStage` per stage) are in the Job shape
+(services/gateway/shapes.py).
 
 Names come from shared/engine/stages.py, so the document and the engine cannot drift apart.
 """
@@ -10,46 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from splatq.services.gateway.openapi_common import nullable, ref
-from splatq.shared.engine.stages import ALL_STAGES, StageStatus
-
-STAGE_NAMES = [s.value for s in ALL_STAGES]
-STAGE_STATUSES = [s.value for s in StageStatus]
-_TIME_OR_NULL = {"type": ["string", "null"], "format": "date-time"}
-
-JOB_STAGE: dict[str, Any] = {
-    "type": "object",
-    "description": "One stage of a staged job. `pending`: not reached (or never to run: a "
-    "canceled or failed job's later stages); `running`: the job is in this stage, being "
-    "processed or waiting for its retry (then `error` is the failed attempt's); `succeeded`; "
-    "`failed` or `dead_lettered`: the job failed in this stage (`error` says why).",
-    "required": ["status", "attempts", "started_at", "finished_at", "error"],
-    "properties": {
-        "status": {"type": "string", "enum": STAGE_STATUSES},
-        "attempts": {"type": "integer", "minimum": 0},
-        "started_at": _TIME_OR_NULL,
-        "finished_at": _TIME_OR_NULL,
-        "error": nullable("JobError", "the failed attempt's error, or null"),
-    },
-}
-
-# The Job schema's members for the staged pipeline.
-JOB_PROPERTIES: dict[str, Any] = {
-    "current_stage": nullable(
-        "PipelineStage",
-        "the pipeline stage the job is in (or ended in); null for a job no staged worker has "
-        "taken (yet)",
-    ),
-    "stages": {
-        "type": "object",
-        "description": "every pipeline stage by name, in pipeline order: "
-        + ", ".join(STAGE_NAMES)
-        + " (cleanup runs after a completed or canceled job ended); `{}` for a job no "
-        "staged worker has taken (yet)",
-        "properties": {name: ref("JobStage") for name in STAGE_NAMES},
-        "additionalProperties": False,
-    },
-}
+from splatq.services.gateway.shape_schema import ref
+from splatq.shared.engine.stages import StageStatus
 
 # The `progress` event's members besides `progress` and `stage`, sent by the staged pipeline.
 PROGRESS_STAGE_MEMBERS: dict[str, Any] = {
@@ -80,13 +43,6 @@ PREVIEW_READY_DESCRIPTION = (
     "files are committed (while the full pass may still run), so before `completed`. Not a "
     "terminal event: the full result follows as usual (`completed`, or `failed`/`canceled`; "
     "the quick result stays downloadable either way)."
-)
-PROGRESSIVE_DESCRIPTION = (
-    "A full job first gets a quick preview-resolution result, announced by "
-    "`3d_reconstruction.preview_ready`, then the full result as usual. It costs an extra "
-    "preview-resolution forward pass (reserved and charged as GPU time with the job). "
-    "Accepted and ignored on a preview job. Identical submissions share a job (the cache) "
-    "only with the same `progressive`."
 )
 QUICK_VARIANT_DESCRIPTION = (
     "`quick`: the artifact of a progressive job's quick result (the URLs of its "

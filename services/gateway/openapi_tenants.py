@@ -1,4 +1,5 @@
-"""The OpenAPI paths and schemas of GET /v1/usage and the admin API (`/v1/admin/...`)."""
+"""The OpenAPI paths and schemas of GET /v1/usage and the admin API (`/v1/admin/...`); the
+schemas are derived from the shapes (services/gateway/shapes_admin.py, shapes_requests.py)."""
 
 from __future__ import annotations
 
@@ -8,76 +9,18 @@ from splatq.services.gateway.openapi_common import (
     NO_STORE_HEADER,
     REQUEST_TIMEOUT,
     RETRY_AFTER,
-    TIME_OR_NULL,
     json_request,
     ok,
     problem,
-    ref,
 )
+from splatq.services.gateway.shape_schema import components, ref
+from splatq.services.gateway.shapes import COMPONENT_NAMES, schema
+from splatq.services.gateway.shapes_admin import ApiKey, KeyList, Tenant, TenantPage, Usage
+from splatq.services.gateway.shapes_requests import KeyCreate, QuotaSet, TenantCreate, TenantUpdate
 from splatq.services.gateway.tenant_listing import CURSOR_PATTERN, DEFAULT_LIMIT, MAX_LIMIT
 from splatq.shared.tenants.apikeys import KEY_ID_PATTERN
 
-_TIME_OR_NULL = TIME_OR_NULL
-_SECONDS_OR_NULL = {"type": ["number", "null"], "minimum": 0}
-_CAP = {"type": "integer", "minimum": 0, "maximum": 1_000_000}
-_WEIGHT = {"type": "integer", "minimum": 1, "maximum": 1000}
-
-USAGE_SCHEMA: dict[str, Any] = {
-    "type": "object",
-    "required": ["tenant", "period", "quota_gpu_seconds", "reserved_gpu_seconds",
-                 "used_gpu_seconds", "resets_at"],
-    "properties": {
-        "tenant": {"type": "string"},
-        "period": {"type": "string", "enum": ["day", "month"]},
-        "period_id": {"type": "string"},
-        "quota_gpu_seconds": {**_SECONDS_OR_NULL, "description": "null: no quota"},
-        "reserved_gpu_seconds": {"type": "number", "minimum": 0,
-                                 "description": "held by jobs not finished yet (estimates)"},
-        "used_gpu_seconds": {"type": "number", "minimum": 0,
-                             "description": "measured GPU time of completed jobs"},
-        "remaining_gpu_seconds": _SECONDS_OR_NULL,
-        "resets_at": {"type": "string", "format": "date-time",
-                      "description": "start of the next period (UTC)"},
-    },
-}  # fmt: skip
-
-_KEY_SCHEMA: dict[str, Any] = {
-    "type": "object",
-    "required": ["key_id", "label", "hint", "created_at", "expires_at"],
-    "properties": {
-        "key_id": {"type": "string", "pattern": "^key_[0-9A-Z]{26}$"},
-        "label": {"type": "string"},
-        "hint": {"type": "string", "description": "prefix and last 4 characters"},
-        "created_at": {"type": "string", "format": "date-time"},
-        "expires_at": {**_TIME_OR_NULL, "description": "set on a key retired by a rotation"},
-        "api_key": {"type": "string", "description": "only in the answer that creates it"},
-        "retired_key_id": {"type": "string"},
-    },
-}
-_CAPS = {
-    "type": "object",
-    "additionalProperties": False,
-    "properties": {"interactive": _CAP, "synthesis": _CAP},
-    "description": "running jobs per class, across all workers (0 = no cap of its own)",
-}
-_TENANT_SCHEMA: dict[str, Any] = {
-    "type": "object",
-    "required": ["tenant", "weight", "running_caps", "quota", "keys"],
-    "properties": {
-        "tenant": {"type": "string"},
-        "created_at": _TIME_OR_NULL,
-        "weight": _WEIGHT,
-        "running_caps": _CAPS,
-        "quota": {"$ref": "#/components/schemas/Usage"},
-        "keys": {"type": "array", "items": {"$ref": "#/components/schemas/ApiKey"}},
-    },
-}
-
-SCHEMAS: dict[str, Any] = {
-    "Usage": USAGE_SCHEMA,
-    "ApiKey": _KEY_SCHEMA,
-    "Tenant": _TENANT_SCHEMA,
-}
+SCHEMAS: dict[str, Any] = components([Usage, ApiKey, Tenant], COMPONENT_NAMES)
 
 
 def _ok(description: str, name: str, status: str = "200") -> dict[str, Any]:
@@ -105,26 +48,16 @@ _TENANT = {"name": "tenant", "in": "path", "required": True,
 _KEY_ID = {"name": "key_id", "in": "path", "required": True,
            "schema": {"type": "string", "maxLength": 64},
            "description": f"a key id ({KEY_ID_PATTERN}); any other: 404"}  # fmt: skip
-_TENANT_PAGE: dict[str, Any] = {
-    "type": "object",
-    "required": ["tenants", "next_cursor", "next"],
-    "properties": {
-        "tenants": {"type": "array", "items": {
-            "type": "object", "required": ["tenant", "created_at", "configured"],
-            "properties": {"tenant": {"type": "string"},
-                           "created_at": {**TIME_OR_NULL,
-                                          "description": "null: only in SPLATQ_API_KEYS"},
-                           "configured": {"type": "boolean",
-                                          "description": "named in SPLATQ_API_KEYS"}}}},
-        "next_cursor": {"type": ["string", "null"]},
-        "next": {"type": ["string", "null"], "description": "the next page's URL"},
-    },
-}  # fmt: skip
+_ADMIN: list[dict[str, list[str]]] = [{"adminKey": []}]
+BASE = "/v1/admin/tenants"
 
 
 def tenant_paths() -> dict[str, Any]:
-    admin: list[dict[str, list[str]]] = [{"adminKey": []}]
-    base = "/v1/admin/tenants"
+    """GET /v1/usage and the admin API's tenants, keys and quotas."""
+    return {**_usage(), **_tenants(), **_keys(), **_quota()}
+
+
+def _usage() -> dict[str, Any]:
     return {
         "/v1/usage": {
             "get": {
@@ -138,78 +71,75 @@ def tenant_paths() -> dict[str, Any]:
                 },
             }
         },
-        base: {
+    }
+
+
+def _tenants() -> dict[str, Any]:
+    return {
+        BASE: {
             "post": {
                 "operationId": "adminCreateTenant",
-                "security": admin,
-                "requestBody": json_request({
-                    "type": "object", "required": ["tenant"], "additionalProperties": False,
-                    "properties": {"tenant": {"type": "string",
-                                              "pattern": "^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"},
-                                   "weight": _WEIGHT, "running_caps": _CAPS},
-                }),
+                "security": _ADMIN,
+                "requestBody": json_request(TenantCreate),
                 "responses": {**_ok("created", "Tenant", "201"), **_BODY_ERRORS,
                               **_ADMIN_ERRORS, "409": problem("tenant_exists")},
             },
-            "get": {
-                "operationId": "adminListTenants",
-                "security": admin,
-                "description": "Every tenant the gateway knows, by name: created ones (admin "
-                "API, `splatq tenants create`) and those named in SPLATQ_API_KEYS, a page at a "
-                "time; follow next_cursor until it is null.",
-                "parameters": [
-                    {"name": "limit", "in": "query", "required": False,
-                     "schema": {"type": "integer", "minimum": 1, "maximum": MAX_LIMIT,
-                                "default": DEFAULT_LIMIT}},
-                    {"name": "cursor", "in": "query", "required": False,
-                     "schema": {"type": "string", "minLength": 1, "maxLength": 512,
-                                "pattern": CURSOR_PATTERN},
-                     "description": "the previous page's next_cursor (another value: 400)"},
-                ],
-                "responses": {
-                    **ok("a page of tenants", _TENANT_PAGE, headers=NO_STORE_HEADER),
-                    "400": problem("invalid_request: bad limit or cursor"),
-                    **_ADMIN_ERRORS,
-                },
-            },
+            "get": _list_tenants(),
         },
-        base + "/{tenant}": {
+        BASE + "/{tenant}": {
             "get": {
                 "operationId": "adminShowTenant",
-                "security": admin,
+                "security": _ADMIN,
                 "parameters": [_TENANT],
                 "responses": {**_ok("the tenant", "Tenant"), **_ADMIN_ERRORS, **_TENANT_404},
             },
             "patch": {
                 "operationId": "adminUpdateTenant",
-                "security": admin,
+                "security": _ADMIN,
                 "parameters": [_TENANT],
-                "requestBody": json_request({
-                    "type": "object", "additionalProperties": False,
-                    "properties": {"weight": _WEIGHT, "running_caps": _CAPS},
-                }),
+                "requestBody": json_request(TenantUpdate),
                 "responses": {**_ok("updated", "Tenant"), **_BODY_ERRORS, **_ADMIN_ERRORS,
                               **_TENANT_404},
             },
         },
-        base + "/{tenant}/keys": {
+    }  # fmt: skip
+
+
+def _list_tenants() -> dict[str, Any]:
+    return {
+        "operationId": "adminListTenants",
+        "security": _ADMIN,
+        "description": "Every tenant the gateway knows, by name: created ones (admin API, "
+        "`splatq tenants create`) and those named in SPLATQ_API_KEYS, a page at a time; follow "
+        "next_cursor until it is null.",
+        "parameters": [
+            {"name": "limit", "in": "query", "required": False,
+             "schema": {"type": "integer", "minimum": 1, "maximum": MAX_LIMIT,
+                        "default": DEFAULT_LIMIT}},
+            {"name": "cursor", "in": "query", "required": False,
+             "schema": {"type": "string", "minLength": 1, "maxLength": 512,
+                        "pattern": CURSOR_PATTERN},
+             "description": "the previous page's next_cursor (another value: 400)"},
+        ],
+        "responses": {
+            **ok("a page of tenants", schema(TenantPage), headers=NO_STORE_HEADER),
+            "400": problem("invalid_request: bad limit or cursor"),
+            **_ADMIN_ERRORS,
+        },
+    }  # fmt: skip
+
+
+def _keys() -> dict[str, Any]:
+    return {
+        BASE + "/{tenant}/keys": {
             "post": {
                 "operationId": "adminAddKey",
-                "security": admin,
+                "security": _ADMIN,
                 "description": "A new API key, shown in this answer only (Redis keeps its "
                 "SHA-256). With `rotate`, that key stops working after `grace_seconds` "
                 "(default 0), in the same step.",
                 "parameters": [_TENANT],
-                "requestBody": json_request({
-                    "type": "object", "additionalProperties": False,
-                    "properties": {"label": {"type": "string", "maxLength": 100,
-                                            "description": "printable text (no control, "
-                                            "format or unassigned characters), else 400"},
-                                   "rotate": {"type": "string", "pattern": f"^{KEY_ID_PATTERN}$",
-                                              "description": "the key id to retire"},
-                                   "grace_seconds": {"type": "integer", "minimum": 0,
-                                                     "maximum": 2592000}},
-                }),
+                "requestBody": json_request(KeyCreate),
                 "responses": {**_ok("the new key", "ApiKey", "201"), **_BODY_ERRORS,
                               **_ADMIN_ERRORS,
                               "404": problem("not_found: no such tenant, or no such key to "
@@ -217,47 +147,42 @@ def tenant_paths() -> dict[str, Any]:
             },
             "get": {
                 "operationId": "adminListKeys",
-                "security": admin,
+                "security": _ADMIN,
                 "parameters": [_TENANT],
                 "responses": {
-                    "200": {"description": "the tenant's keys (never the keys themselves)",
-                            "content": {"application/json": {"schema": {
-                                "type": "object", "required": ["keys"],
-                                "properties": {"keys": {"type": "array", "items": {
-                                    "$ref": "#/components/schemas/ApiKey"}}}}}}},
+                    **ok("the tenant's keys (never the keys themselves)", schema(KeyList)),
                     **_ADMIN_ERRORS, **_TENANT_404,
                 },
             },
         },
-        base + "/{tenant}/keys/{key_id}": {
+        BASE + "/{tenant}/keys/{key_id}": {
             "delete": {
                 "operationId": "adminRevokeKey",
-                "security": admin,
+                "security": _ADMIN,
                 "description": "Revoke a key: every gateway refuses it at once.",
                 "parameters": [_TENANT, _KEY_ID],
                 "responses": {"204": {"description": "revoked"}, **_ADMIN_ERRORS,
                               "404": problem("not_found: no such key")},
             },
         },
-        base + "/{tenant}/quota": {
+    }  # fmt: skip
+
+
+def _quota() -> dict[str, Any]:
+    return {
+        BASE + "/{tenant}/quota": {
             "get": {
                 "operationId": "adminGetQuota",
-                "security": admin,
+                "security": _ADMIN,
                 "parameters": [_TENANT],
                 "responses": {**_ok("the tenant's usage", "Usage"), **_ADMIN_ERRORS,
                               **_TENANT_404},
             },
             "put": {
                 "operationId": "adminSetQuota",
-                "security": admin,
+                "security": _ADMIN,
                 "parameters": [_TENANT],
-                "requestBody": json_request({
-                    "type": "object", "required": ["gpu_seconds"], "additionalProperties": False,
-                    "properties": {"gpu_seconds": {"type": ["number", "null"], "minimum": 0,
-                                                   "exclusiveMaximum": 1e12},
-                                   "period": {"type": "string", "enum": ["day", "month"],
-                                              "default": "month"}},
-                }),
+                "requestBody": json_request(QuotaSet),
                 "responses": {**_ok("the tenant's usage under the new quota", "Usage"),
                               **_BODY_ERRORS, **_ADMIN_ERRORS, **_TENANT_404},
             },

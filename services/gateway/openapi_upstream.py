@@ -1,5 +1,6 @@
 """The OpenAPI paths and schemas of remote model backends and the result cache: the job view's
-`upstream` object, the admin cache endpoints and the vendor's webhook."""
+`upstream` object, the admin cache endpoints and the vendor's webhook. The schemas are
+derived from the shapes (services/gateway/shapes.py, shapes_admin.py, shapes_requests.py)."""
 
 from __future__ import annotations
 
@@ -11,35 +12,14 @@ from splatq.services.gateway.openapi_common import (
     json_request,
     ok,
     problem,
-    ref,
 )
 from splatq.services.gateway.openapi_tenants import _ADMIN_ERRORS, _BODY_ERRORS
+from splatq.services.gateway.shape_schema import components, ref
+from splatq.services.gateway.shapes import COMPONENT_NAMES, Upstream
+from splatq.services.gateway.shapes_admin import CacheInfo
+from splatq.services.gateway.shapes_requests import CachePurge
 
-UPSTREAM_SCHEMA: dict[str, Any] = {
-    "type": ["object", "null"],
-    "description": "A hosted model's call (SPLATQ_MODEL=remote); null for a local model.",
-    "required": ["vendor", "request_id", "latency_ms"],
-    "properties": {
-        "vendor": {"type": "string"},
-        "request_id": {"type": ["string", "null"],
-                       "description": "the vendor's request id (else its prediction id)"},
-        "latency_ms": {"type": ["integer", "null"],
-                       "description": "upstream latency: the prediction's creation to its end"},
-        "prediction_id": {"type": ["string", "null"]},
-    },
-}  # fmt: skip
-CACHE_SCHEMA: dict[str, Any] = {
-    "type": "object",
-    "required": ["version", "generation", "soft_ttl_s", "hard_ttl_s"],
-    "properties": {
-        "version": {"type": "string", "description": "the model/backend version"},
-        "generation": {"type": "integer", "minimum": 0,
-                       "description": "purges of this version so far"},
-        "soft_ttl_s": {"type": "integer", "minimum": 0},
-        "hard_ttl_s": {"type": "integer", "minimum": 1},
-    },
-}  # fmt: skip
-SCHEMAS: dict[str, Any] = {"Upstream": UPSTREAM_SCHEMA, "CacheInfo": CACHE_SCHEMA}
+SCHEMAS: dict[str, Any] = components([Upstream, CacheInfo], COMPONENT_NAMES)
 OPERATIONS: dict[str, tuple[str, str]] = {
     "adminCacheInfo": ("Admin", "Get the result cache's version, generation and TTLs"),
     "adminPurgeCache": ("Admin", "Purge the cached results of a model/backend version"),
@@ -47,11 +27,6 @@ OPERATIONS: dict[str, tuple[str, str]] = {
 }
 
 
-_PURGE_BODY = {
-    "type": "object",
-    "additionalProperties": False,
-    "properties": {"version": {"type": "string", "minLength": 1, "maxLength": 300}},
-}
 _VENDOR = {"name": "vendor", "in": "path", "required": True,
            "schema": {"type": "string", "maxLength": 64}}  # fmt: skip
 
@@ -72,7 +47,7 @@ def upstream_paths() -> dict[str, Any]:
                 "security": [{"adminKey": []}],
                 "description": "Every cached result of the version (default: the current one) "
                 "becomes a miss, within a second on every gateway.",
-                "requestBody": json_request(_PURGE_BODY),
+                "requestBody": json_request(CachePurge),
                 "responses": {**cache, **_BODY_ERRORS, **_ADMIN_ERRORS},
             },
         },
@@ -84,7 +59,10 @@ def upstream_paths() -> dict[str, Any]:
                 "(webhook.enabled in SPLATQ_REMOTE_CONFIG); verified by its Standard Webhooks "
                 "signature.",
                 "parameters": [_VENDOR],
-                "requestBody": json_request({"type": "object"}),
+                "requestBody": {
+                    "required": True,
+                    "content": {"application/json": {"schema": {"type": "object"}}},
+                },
                 "responses": {
                     "204": {"description": "accepted"},
                     "400": problem("invalid_request: not a prediction of the configured shape"),

@@ -12,19 +12,20 @@ import binascii
 import hashlib
 import re
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, get_args
 
 import orjson
 from aiohttp import web
 
 from splatq.services.gateway.multipart import MultipartError, boundary_of, parse_form
 from splatq.services.gateway.problems import ApiError, invalid_request
+from splatq.services.gateway.shapes import Quality
 from splatq.shared.engine.events import EventType
 from splatq.shared.webhooks.ssrf import UrlRejected, check_url
 
 PARAMS = frozenset({"quality", "webhook_url", "webhook_events", "metadata", "cache", "progressive"})
 FORM_PARTS = frozenset({"image", "image_url", "params"})
-QUALITIES = ("preview", "full")
+QUALITIES: tuple[str, ...] = get_args(Quality)  # the shapes' Quality (services/gateway/shapes.py)
 MAX_METADATA_BYTES = 4096
 MAX_URL_LENGTH = 2048
 MAX_IDEMPOTENCY_KEY = 255

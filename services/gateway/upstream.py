@@ -23,6 +23,8 @@ from splatq.services.gateway.endpoints import _check_fields, _json_body
 from splatq.services.gateway.problems import ApiError, invalid_request, not_found
 from splatq.services.gateway.result_cache import RESULT_CACHE
 from splatq.services.gateway.server import NO_STORE
+from splatq.services.gateway.shape_schema import field_names
+from splatq.services.gateway.shapes_requests import CachePurge
 from splatq.services.gateway.submission import read_capped
 from splatq.shared.settings import Settings
 from splatq.shared.vendor.config import VendorConfig, load_vendor_config
@@ -86,7 +88,7 @@ async def purge_cache(request: web.Request) -> web.Response:
     """Every cached result of a version (default: the current one) becomes a miss."""
     await authenticate_admin(request, request.app[SETTINGS].admin_api_key)
     doc = await _json_body(request)
-    _check_fields(doc, frozenset({"version"}))
+    _check_fields(doc, field_names(CachePurge))
     cache = request.app[RESULT_CACHE]
     version = doc.get("version", cache.version)
     if not isinstance(version, str) or not 0 < len(version) <= MAX_VERSION_CHARS:
