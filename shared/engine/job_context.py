@@ -23,6 +23,7 @@ from splatq.shared.engine.fleet import REDIS_ERRORS
 from splatq.shared.engine.jobs import JobOutcome, JobRecord, StageDone
 from splatq.shared.engine.keys import StreamName
 from splatq.shared.engine.queue import JobQueue, StreamEntry
+from splatq.shared.engine.replies import Reply, run_reply
 from splatq.shared.errors import TIMEOUT, JobCanceled, LeaseLost, TransientError
 from splatq.shared.redis.client import is_transient_reply
 from splatq.shared.settings import Settings
@@ -131,10 +132,7 @@ class JobContext:
         once per job: see announce.lua), writing `fields` with it. True when it went out
         now, False when it had already; raises `LeaseLost` when the run lost its job."""
         outcome = await self.queue.announce(self.job.id, self.token, event, extra, fields)
-        if outcome == "lease_lost":
-            self.lease_lost = True
-            raise LeaseLost(self.job.id)
-        return outcome == "ok"
+        return self._fenced(outcome) is Reply.OK
 
     async def meter(self, unit: str, ms: int | None) -> bool:
         """Record a unit of work this run finished, with its measured time (meter.lua: fenced
@@ -143,10 +141,7 @@ class JobContext:
         still finds the work metered. True when recorded now, False when the unit was
         metered already; raises `LeaseLost` when the run lost its job."""
         outcome = await self.queue.meter(self.job.id, self.token, unit, ms or 0)
-        if outcome == "lease_lost":
-            self.lease_lost = True
-            raise LeaseLost(self.job.id)
-        return outcome == "ok"
+        return self._fenced(outcome) is Reply.OK
 
     async def note(
         self, notes: Mapping[str, str], event_extra: Mapping[str, object] | None = None
@@ -161,14 +156,19 @@ class JobContext:
             extra = events.progress_fields(fraction, self._last_stage or self.job.stage)
             extra += "," + orjson.dumps(dict(event_extra)).decode()[1:-1]
         event = EventType.PROGRESS.value if event_extra is not None else ""
-        outcome = await self.queue.note(self.job.id, self.token, notes, event, extra)
-        if outcome == "lease_lost":
-            self.lease_lost = True
-            raise LeaseLost(self.job.id)
-        if outcome == "cancel_requested":
+        outcome = self._fenced(await self.queue.note(self.job.id, self.token, notes, event, extra))
+        if outcome is Reply.CANCEL_REQUESTED:
             self.cancel_requested = True
-        elif outcome != "ok":
+        elif outcome is not Reply.OK:
             raise ValueError(f"note refused: {outcome}")
+
+    def _fenced(self, outcome: str) -> Reply:
+        """A fenced write's reply (replies.run_reply); a lost lease is remembered too."""
+        try:
+            return run_reply(self.job.id, outcome)
+        except LeaseLost:
+            self.lease_lost = True
+            raise
 
     async def run_blocking(self, fn: Callable[..., T], *args: Any) -> T:
         """Run CPU/GPU-bound work in a thread so the event loop keeps renewing leases.

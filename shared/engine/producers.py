@@ -22,6 +22,7 @@ from splatq.shared.engine.queue_types import (
     parse_job_reply,
     raise_on_error,
 )
+from splatq.shared.engine.replies import Reply
 from splatq.shared.engine.scripts import Arg, Script, ScriptCall
 
 # How long a watcher's registration outlives its blocking read (ms).
@@ -112,15 +113,15 @@ class Producers(Role):
         reply = await self.scripts.run(ScriptCall(Script.ENQUEUE, keys, args))
         raise_on_error(reply)
         outcome = reply[0]
-        if outcome == "created":
+        if outcome == Reply.CREATED:
             # what it sent, then what the script assigned (numbers come back as integers)
             job, _ = parse_job_reply([str(a) for a in (*args[11:], *reply[3:])])
             return EnqueueResult(job_id=reply[1], created=True, job=job)
-        if outcome == "duplicate":
+        if outcome == Reply.DUPLICATE:
             return EnqueueResult(job_id=reply[1], created=False, claim_status=reply[2])
-        if outcome == "not_joined":
+        if outcome == Reply.NOT_JOINED:
             return EnqueueResult(job_id="", created=False, not_joined=True)
-        if outcome == "overloaded":
+        if outcome == Reply.OVERLOADED:
             return EnqueueResult(
                 job_id="",
                 created=False,

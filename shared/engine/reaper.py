@@ -17,6 +17,7 @@ from splatq.shared.engine.entries import UNKNOWN_JOB, entry_problem
 from splatq.shared.engine.keys import StreamName
 from splatq.shared.engine.metrics import EngineMetrics
 from splatq.shared.engine.queue import JobQueue, StreamEntry
+from splatq.shared.engine.replies import Reply
 
 log = structlog.get_logger("splatq.reaper")
 
@@ -85,7 +86,7 @@ class Reaper:
         outcomes = await self.queue.reclaim_many(valid)
         for entry, (outcome, detail) in zip(valid, outcomes, strict=True):
             self._count(entry, outcome, detail)
-            if outcome == "take":
+            if outcome == Reply.TAKE:
                 taken.append(entry)
                 cause, _, charge = detail.partition(" ")
                 log.warning(
@@ -96,7 +97,7 @@ class Reaper:
                     cause=cause,
                     charge=charge,
                 )
-            elif outcome == "outage_grace":
+            elif outcome == Reply.OUTAGE_GRACE:
                 # The lease key lapsed during time nobody could reach Redis: not the holder's
                 # fault. It stays with its holder, who renews it once it can.
                 log.info(
@@ -105,7 +106,7 @@ class Reaper:
                     stream=entry.stream.value,
                     grace_ms=detail,
                 )
-            elif outcome == "dead_lettered":
+            elif outcome == Reply.DEAD_LETTERED:
                 log.error(
                     "job.dead_lettered",
                     job_id=entry.fields["job"],
@@ -113,7 +114,7 @@ class Reaper:
                     reason="max_deliveries_exceeded",
                     deliveries=detail,
                 )
-            elif outcome == "unknown":
+            elif outcome == Reply.UNKNOWN:
                 await self.dead_letter_entry(entry, UNKNOWN_JOB, "no job record for this entry")
         return taken
 
@@ -124,14 +125,14 @@ class Reaper:
             return
         stream = entry.stream.value
         self.metrics.reclaims.labels(stream, outcome).inc()
-        if outcome == "take":
+        if outcome == Reply.TAKE:
             cause, _, charge = detail.partition(" ")
             self.metrics.lease_lapses.labels(stream, cause).inc()
             if cause != "stale":
                 self.metrics.delivery_charge.observe(float(charge or 0))
-        elif outcome == "outage_grace":
+        elif outcome == Reply.OUTAGE_GRACE:
             self.metrics.lease_lapses.labels(stream, "redis_outage").inc()
-        elif outcome == "dead_lettered":
+        elif outcome == Reply.DEAD_LETTERED:
             self.metrics.dead_letters.labels(stream, "max_deliveries_exceeded").inc()
 
     async def dead_letter_entry(self, entry: StreamEntry, reason: str, detail: str) -> None:

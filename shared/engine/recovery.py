@@ -21,6 +21,7 @@ from splatq.shared.engine.queue_types import (
     parse_delayed_member,
     raise_on_error,
 )
+from splatq.shared.engine.replies import Reply
 from splatq.shared.engine.scripts import Arg, Script, ScriptCall
 
 
@@ -161,7 +162,7 @@ class Recovery(Role):
         promoted = 0
         for reply in await self.scripts.run_many(calls):
             # An error reply leaves that member due; the next pass tries it again.
-            promoted += not isinstance(reply, Exception) and reply[0] == "promoted"
+            promoted += not isinstance(reply, Exception) and reply[0] == Reply.PROMOTED
         return promoted
 
     async def dead_letters(self, partition: int, count: int = 10_000) -> list[DeadLetter]:

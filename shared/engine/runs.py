@@ -30,6 +30,7 @@ from splatq.shared.engine.queue_types import (
     parse_job_reply,
     raise_on_error,
 )
+from splatq.shared.engine.replies import Reply
 from splatq.shared.engine.scripts import Arg, Script, ScriptCall, new_request_id
 from splatq.shared.engine.stages import next_stage
 from splatq.shared.redis.client import is_transient_reply
@@ -84,7 +85,7 @@ class Runs(Role):
                 results.append(StartResult("error", detail=f"{type(reply).__name__}: {reply}"))
                 continue
             outcome = str(reply[0])
-            if outcome == "started":
+            if outcome == Reply.STARTED:
                 job, problem = parse_job_reply(reply[1:])
                 results.append(StartResult("started" if job else "corrupt", job, problem))
             else:
@@ -145,9 +146,9 @@ class Runs(Role):
         taken: list[Taken] = []
         for stream_name, entry_id, outcome, payload in reply:
             stream = StreamName(stream_name)
-            if outcome == "held":
+            if outcome == Reply.HELD:
                 taken.append(Taken(StreamEntry(partition, stream, "", {}), outcome))
-            elif outcome == "started":
+            elif outcome == Reply.STARTED:
                 job, problem = parse_job_reply(payload)
                 raw = pairs_to_dict(payload)
                 entry = StreamEntry(
@@ -160,11 +161,11 @@ class Runs(Role):
                     taken.append(Taken(entry, "corrupt", None, nonce + entry_id, problem))
                 else:
                     taken.append(Taken(entry, outcome, job, nonce + entry_id))
-            elif outcome == "raw":
+            elif outcome == Reply.RAW:
                 taken.append(
                     Taken(StreamEntry(partition, stream, entry_id, pairs_to_dict(payload)), outcome)
                 )
-            elif outcome == "dead_lettered":
+            elif outcome == Reply.DEAD_LETTERED:
                 taken.append(
                     Taken(StreamEntry(partition, stream, entry_id, {}), outcome, detail=payload[0])
                 )
@@ -401,7 +402,7 @@ class Runs(Role):
         keys = [self.keys.job(job_id), self.keys.events(partition)]
         reply = await self.scripts.run(ScriptCall(Script.NOTE, keys, args), resend_for_s=5.0)
         raise_on_error(reply)
-        if str(reply[0]) == "ok":
+        if str(reply[0]) == Reply.OK:
             return "cancel_requested" if str(reply[1]) == "1" else "ok"
         return str(reply[0])
 
@@ -418,7 +419,7 @@ class Runs(Role):
 def _finish_outcome(reply: Any) -> tuple[str, str]:
     """One job's finish.lua reply (or finish_batch.lua's {'error', why} for a job whose
     finish raised) as (outcome, status)."""
-    if reply[0] == "error":
+    if reply[0] == Reply.ERROR:
         why = str(reply[1])
         return ("transient" if is_transient_reply(ResponseError(why)) else "error", why)
     return (str(reply[0]), str(reply[1]) if len(reply) > 1 else "")

@@ -14,6 +14,7 @@ from splatq.shared.engine.events import EventType
 from splatq.shared.engine.metrics import EngineMetrics
 from splatq.shared.engine.queue_types import Finish, StreamEntry
 from splatq.shared.engine.reaper import Reaper
+from splatq.shared.engine.replies import Reply
 from splatq.shared.engine.runs import Runs
 from splatq.shared.errors import CORRUPT_JOB_RECORD
 
@@ -31,9 +32,9 @@ class Unstarted:
             await self._fail_unreadable(
                 StreamEntry(entry.partition, entry.stream, entry.entry_id, only), token, detail
             )
-        elif outcome == "unknown":
+        elif outcome == Reply.UNKNOWN:
             await self.reaper.dead_letter_entry(entry, UNKNOWN_JOB, "no job record for this entry")
-        elif outcome == "dead_lettered":
+        elif outcome == Reply.DEAD_LETTERED:
             self._count_corrupt(entry, detail)
         else:
             self.log.info(

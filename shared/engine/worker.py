@@ -36,6 +36,7 @@ from splatq.shared.engine.metering import WHOLE_JOB_UNIT
 from splatq.shared.engine.metrics import EngineMetrics
 from splatq.shared.engine.queue import Finish, JobQueue, StreamEntry
 from splatq.shared.engine.reaper import Reaper
+from splatq.shared.engine.replies import Reply
 from splatq.shared.engine.retries import decide_retry
 from splatq.shared.engine.slots import SlotPool
 from splatq.shared.engine.stages import next_stage
@@ -331,16 +332,16 @@ class Worker:
         )
         held = 0
         for t in taken:
-            if t.outcome == "held":
+            if t.outcome == Reply.HELD:
                 self._held = True
                 held += 1
                 continue
             if self.metrics is not None:
                 self.metrics.deliveries.labels(t.entry.stream.value, t.outcome).inc()
-            if t.outcome == "started" and t.job is not None:
+            if t.outcome == Reply.STARTED and t.job is not None:
                 self.pool.acquire(t.entry.stream)
                 self._launch(t.entry, t.token, t.job)
-            elif t.outcome == "raw":
+            elif t.outcome == Reply.RAW:
                 problem = entry_problem(t.entry.fields, partition)
                 await self.reaper.dead_letter_entry(
                     t.entry, *(problem or (UNKNOWN_JOB, "no job record for this entry"))
@@ -380,7 +381,7 @@ class Worker:
         for entry, token, result in zip(valid, tokens, results, strict=True):
             if self.metrics is not None:
                 self.metrics.deliveries.labels(entry.stream.value, result.outcome).inc()
-            if result.outcome == "started" and result.job is not None:
+            if result.outcome == Reply.STARTED and result.job is not None:
                 self._launch(entry, token, result.job)
                 started += 1
                 continue
@@ -484,11 +485,11 @@ class Worker:
             if finish is not None:
                 running.committing = True
                 result, status = await self._committer.commit(finish)
-                if result == "lease_lost":
+                if result == Reply.LEASE_LOST:
                     outcome_label = "lease_lost"
-                elif result == "ok" and status == "canceled":
+                elif result == Reply.OK and status == "canceled":
                     outcome_label = "canceled"
-                elif result == "ok" and finish.dead_letter and self.metrics is not None:
+                elif result == Reply.OK and finish.dead_letter and self.metrics is not None:
                     self.metrics.dead_letters.labels(ctx.stream.value, finish.dead_letter).inc()
                 ctx.log.info(
                     "job.finished",
@@ -532,7 +533,7 @@ class Worker:
         request = outcomes.advance_of(ctx, done, stage, after, int(time.time() * 1000))
         running.committing = True
         result, detail = await self._committer.advance(request)
-        if result == "ok":
+        if result == Reply.OK:
             ctx.log.info(
                 "stage.advanced",
                 stage=stage.value,
@@ -541,9 +542,9 @@ class Worker:
                 duration_ms=round((time.monotonic() - running.started_at) * 1000),
             )
             return None, "advanced"
-        if result == "cancel_requested":
+        if result == Reply.CANCEL_REQUESTED:
             return outcomes.finish_of(ctx, "canceled"), "canceled"
-        if result == "lease_lost":
+        if result == Reply.LEASE_LOST:
             ctx.lease_lost = True
             return None, "lease_lost"
         ctx.log.error("stage.advance_refused", stage=stage.value, result=result, detail=detail)
