@@ -71,6 +71,13 @@ class LuaScript(StrEnum):
         skips the memo's extra GET, SET and JSON encoding); the default is memoized."""
         return False
 
+    @classmethod
+    def helper_source(cls) -> str:
+        """Lua helpers of this family's own (`<PACKAGE>/lua/_helpers.lua` when it exists),
+        included per script like the engine's: each script gets those it names."""
+        path = resources.files(cls.package()) / "lua" / "_helpers.lua"
+        return path.read_text() if path.is_file() else ""
+
     def source(self) -> str:
         """The script's text, with each `--@include <script> as <name>` line replaced by
         that script of the same package wrapped as `local function <name>(KEYS, ARGV)`: one
@@ -207,9 +214,10 @@ class ScriptRunner:
         replay_ttl_ms: int = DEFAULT_REPLAY_TTL_MS,
         job_retention_ms: int = DEFAULT_JOB_RETENTION_MS,
     ) -> None:
-        self._helpers = LuaHelpers(
+        self._base_helpers = (
             lua_transition_table() + _retention_constant(job_retention_ms) + _preamble()
         )
+        self._helpers = LuaHelpers(self._base_helpers)
         self._redis = redis
         self._cluster = isinstance(redis, RedisCluster)
         self._replay_ttl_ms = replay_ttl_ms
@@ -229,8 +237,10 @@ class ScriptRunner:
         clash = sorted(taken & {s.value for s in family})
         if clash:
             raise ValueError(f"{family.__name__}: script names already registered: {clash}")
+        own = family.helper_source()
+        helpers = LuaHelpers(self._base_helpers + "\n" + own) if own else self._helpers
         for script in family:
-            body = self._helpers.include_for(_wrap(script, script.source()))
+            body = helpers.include_for(_wrap(script, script.source()))
             self._bodies[script] = body
             self._shas[script] = hashlib.sha1(body.encode()).hexdigest()
         self._families.add(family)

@@ -1,15 +1,7 @@
--- Helpers prepended to each quota script by shared/tenants/scripts.py. They touch only keys
--- derived from a declared key's own hash tag (same slot), like the engine's `<job>:events`.
-
-local function now_ms()
-  local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-end
-
--- 'splatq:{tenant:acme}:reservations' -> 'splatq:{tenant:acme}'
-local function key_tag(key)
-  return string.sub(key, 1, (string.find(key, '}', 1, true)))
-end
+-- The tenants' own Lua helpers, included per script by the engine's runner
+-- (shared/engine/scripts.py) with the engine's (`now_ms`, `key_tag`...): each script gets
+-- the ones it names. They touch only keys derived from a declared key's own hash tag (same
+-- slot).
 
 -- `period_id|amount_ms|at_ms` -> period_id, amount_ms
 local function parse_reservation(value)
