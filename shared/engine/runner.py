@@ -47,7 +47,7 @@ async def run_worker(
             thread_setup=getattr(handler, "thread_setup", None),
         )
         switch.add(worker)
-        watcher = asyncio.create_task(_stop_when_drained(proc.queue, worker)) if burst else None
+        watcher = asyncio.create_task(stop_when_drained(proc.queue, worker)) if burst else None
         try:
             if startup is not None:
                 await startup()
@@ -86,7 +86,7 @@ def traced(handler: JobHandler, stage: str = "") -> JobHandler:
     return run
 
 
-async def _stop_when_drained(queue: JobQueue, worker: Worker) -> None:
+async def stop_when_drained(queue: JobQueue, worker: Worker) -> None:
     """Burst mode: look at the owned partitions every fetch interval; stop the worker after
     BURST_IDLE_LOOKS idle looks in a row. A failed look (Redis away) counts as busy."""
     settings = queue.settings

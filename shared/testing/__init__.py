@@ -33,6 +33,7 @@ from splatq.shared.testing.engine import (
     engine_settings,
     finish_or_cancel,
     job_events,
+    run_burst,
     wait_for_status,
 )
 from splatq.shared.testing.poll import eventually, eventually_sync
@@ -60,6 +61,7 @@ __all__ = [
     "free_port",
     "fresh_redis",
     "job_events",
+    "run_burst",
     "running_redis_server",
     "service_env",
     "wait_for_status",

@@ -13,6 +13,7 @@ from redis.asyncio import Redis
 from splatq.shared.engine.job_context import JobHandler
 from splatq.shared.engine.jobs import JobRecord
 from splatq.shared.engine.queue import JobQueue
+from splatq.shared.engine.runner import stop_when_drained
 from splatq.shared.engine.worker import Worker
 from splatq.shared.settings import Settings
 from splatq.shared.testing.poll import DEFAULT_TIMEOUT_S, eventually
@@ -168,3 +169,16 @@ async def job_events(redis: Redis, queue: JobQueue, job_id: str) -> list[str]:
 
     entries = await redis.xrange(queue.keys.events(partition_of(job_id)))
     return [f["type"] for _, f in entries if f.get("job_id") == job_id]
+
+
+async def run_burst(worker: Worker, timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
+    """Run `worker` as `splatq worker --burst` does: until nothing waits, is delayed or runs
+    in its partitions (two idle looks in a row), then return. For a test whose wait is only
+    "until the queue has drained": no poll of every job's status."""
+    watcher = asyncio.create_task(stop_when_drained(worker.queue, worker))
+    try:
+        await asyncio.wait_for(worker.run(), timeout_s)
+    finally:
+        watcher.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await watcher

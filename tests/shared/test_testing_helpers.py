@@ -10,13 +10,17 @@ import sys
 import pytest
 
 from splatq.shared.engine.queue import JobQueue
+from splatq.shared.engine.worker import Worker
+from splatq.shared.settings import Settings
 from splatq.shared.testing import (
     eventually,
     eventually_sync,
     fresh_redis,
+    run_burst,
     running_redis_server,
     wait_for_status,
 )
+from tests.handlers import BehaviourHandler
 from tests.helpers import spec
 
 
@@ -128,3 +132,20 @@ async def test_wait_for_status_times_out_showing_the_job_as_last_read(queue: Job
 async def test_eventually_sync_refuses_to_block_a_running_loop() -> None:
     with pytest.raises(RuntimeError, match="block the running event loop"):
         eventually_sync(lambda: True, timeout=1)
+
+
+async def test_run_burst_returns_once_the_queue_has_drained(
+    queue: JobQueue, settings: Settings
+) -> None:
+    ids = [(await queue.enqueue(spec(sleep_s=0.05))).job_id for _ in range(6)]
+    await run_burst(Worker(queue, settings, BehaviourHandler()), timeout_s=30)
+    jobs = [await queue.get(i) for i in ids]
+    assert [j.status.value for j in jobs if j] == ["completed"] * 6
+
+
+async def test_run_burst_gives_up_on_a_queue_that_does_not_drain(
+    queue: JobQueue, settings: Settings
+) -> None:
+    await queue.enqueue(spec(sleep_s=30))
+    with pytest.raises(TimeoutError):
+        await run_burst(Worker(queue, settings, BehaviourHandler()), timeout_s=1)
