@@ -105,6 +105,32 @@ class Runs(Role):
         nonce = f"{secrets.token_hex(8)}:"
         request_id = new_request_id()
         first_key = self.keys.stream(partition, StreamName.INTERACTIVE)
+        downstream, bound = self._downstream(partition)
+        options: dict[str, Any] = {
+            "group": self.group,
+            "consumer": consumer,
+            "own_interactive": own.get(StreamName.INTERACTIVE, 0),
+            "own_synthesis": own.get(StreamName.SYNTHESIS, 0),
+            "idle": idle,
+            "ttl_ms": self.settings.lease_ttl_ms,
+            "nonce": nonce,
+            "events_maxlen": self.settings.events_maxlen,
+            "started": EventType.STARTED.value,
+            "failed": EventType.FAILED.value,
+            "claim_ttl_ms": self._claim_ttl_ms,
+            "tag": self.keys.tag(partition),
+            "event_id_base": new_event_id(),
+            "format": JOB_FORMAT_VERSION,
+            "memo_ttl_ms": self.settings.script_replay_ttl_ms,
+            "running": running,
+            "dlq_maxlen": self.settings.dlq_maxlen,
+            "quantum": fairness_of(self.settings).quantum,
+            "stream_maxlen": self.settings.stream_maxlen,
+            "fair": not self.keys.stage,  # only the entry streams are fed fairly
+            "downstream": downstream,
+            "bound": bound,
+            "stage": self.stage.value if self.stage is not None else "",
+        }
         reply = await self.scripts.run(
             ScriptCall(
                 Script.TAKE,
@@ -114,30 +140,7 @@ class Runs(Role):
                     self.keys.events(partition),
                     replay_key(first_key, request_id),
                 ],
-                [
-                    self.group,
-                    consumer,
-                    own.get(StreamName.INTERACTIVE, 0),
-                    own.get(StreamName.SYNTHESIS, 0),
-                    idle,
-                    self.settings.lease_ttl_ms,
-                    nonce,
-                    self.settings.events_maxlen,
-                    EventType.STARTED.value,
-                    self._claim_ttl_ms,
-                    self.keys.tag(partition),
-                    new_event_id(),
-                    JOB_FORMAT_VERSION,
-                    EventType.FAILED.value,
-                    self.settings.script_replay_ttl_ms,
-                    running,
-                    self.settings.dlq_maxlen,
-                    fairness_of(self.settings).quantum,
-                    self.settings.stream_maxlen,
-                    "0" if self.keys.stage else "1",  # only the entry streams are fed fairly
-                    *self._downstream(partition),
-                    self.stage.value if self.stage is not None else "",
-                ],
+                [orjson.dumps(options).decode()],
                 request_id,
             ),
             resend_for_s,
@@ -305,15 +308,15 @@ class Runs(Role):
             args.extend((name, value))
         return keys, args
 
-    def _downstream(self, partition: int) -> list[Arg]:
+    def _downstream(self, partition: int) -> tuple[str, int]:
         """take.lua's backpressure arguments: the next stage's stream key without its class,
         and how many entries it may hold per class (a monolithic or last stage: none)."""
         bound = self.settings.stage_buffer
         after = next_stage(self.stage) if self.stage is not None else None
         if not bound or after is None:
-            return ["", 0]
+            return "", 0
         key = self.keys.stage_stream(partition, after.value, StreamName.INTERACTIVE)
-        return [key[: -len(StreamName.INTERACTIVE.value)], bound]
+        return key[: -len(StreamName.INTERACTIVE.value)], bound
 
     async def advance(self, a: Advance) -> tuple[str, str]:
         """Commit a stage run's success and queue the job on the next stage (advance.lua):

@@ -6,18 +6,19 @@
 --   Also touches, per entry, `<tag>:job:<id>`, `<tag>:lease:<id>` and the entry's claim key:
 --   built here under the same {pN} tag as KEYS, so the same slot (Redis Cluster allows a
 --   script undeclared keys of its own slot).
--- ARGV: 1 group, 2 consumer, 3 own interactive, 4 own synthesis, 5 idle slots, 6 ttl_ms,
---       7 token nonce, 8 events_maxlen, 9 started event name, 10 claim_ttl_ms, 11 key tag
---       ('splatq:{p0}'), 12 event id base, 13 job format version, 14 failed event name,
---       15 replay memo TTL ms, 16 jobs already running in this worker's process, 17 dlq_maxlen,
---       18 fair-scheduling quantum (the largest job cost), 19 stream_maxlen,
---       20 '1' feed from the tenants' fair queues (the entry stage) | '0' (a later pipeline
---       stage: its streams are filled by advance.lua), 21 the next pipeline stage's stream
---       key without the class ('<tag>:stream:reconstruct:') or '' (none), 22 the bound per
---       class on this stage's running entries plus those waiting (undelivered) in the next
---       stage's stream, past which this stage takes no more (0 = no bound),
---       23 the pipeline stage this worker runs ('' = whole jobs): written to the job as
---       `current_stage` when it starts
+-- ARGV: 1 the options (JSON, one bundle, see Runs.take): {"group", "consumer",
+--       "own_interactive", "own_synthesis" (each class's own unused reservation), "idle" (the
+--       idle slots), "ttl_ms" (the lease), "nonce" (of this call's lease tokens),
+--       "events_maxlen", "started" and "failed" (event names), "claim_ttl_ms", "tag" (the
+--       partition's key tag, 'splatq:{p0}'), "event_id_base", "format" (the job format
+--       version), "memo_ttl_ms", "running" (jobs already running in this worker's process),
+--       "dlq_maxlen", "quantum" (the fair-scheduling quantum: the largest job cost),
+--       "stream_maxlen", "fair" (true: feed from the tenants' fair queues -- the entry stage;
+--       false: a later pipeline stage, whose streams advance.lua fills), "downstream" (the next
+--       stage's stream key without the class, '<tag>:stream:reconstruct:', or '' for none),
+--       "bound" (per class, on this stage's running entries plus those waiting undelivered in
+--       the next stage's stream, past which this stage takes no more; 0 = none), "stage" (the
+--       pipeline stage this worker runs, '' = whole jobs: written as `current_stage`)}
 -- Before each read, as many jobs as it asks for are moved from the tenants' fair queues
 -- into the stream (fair_feed), so what it reads next is in fair order; after the reads, one
 -- more is made ready when work still waits (fair_keep_one_ready).
@@ -32,7 +33,8 @@
 -- Safe to resend (a lost reply): its own compact replay memo (KEYS[4]) records what this call
 -- did -- entry ids and outcomes, not the job hashes -- and a resend rebuilds the same reply,
 -- re-reading each started job (still processing under the token handed out).
-local group, consumer, tag = ARGV[1], ARGV[2], ARGV[11]
+local o = cjson.decode(ARGV[1])
+local group, consumer, tag = o.group, o.consumer, o.tag
 local out = {}
 local memo = {}
 local seq = 0
@@ -56,8 +58,8 @@ end
 -- worker's process will run at once (`co_running`: a death is charged 1/k to each of them).
 local read = {}
 
-local fair = ARGV[20] ~= '0'
-local downstream, bound = ARGV[21] or '', tonumber(ARGV[22] or '0') or 0
+local fair = o.fair
+local downstream, bound = o.downstream, o.bound
 
 local held, room = {}, {}
 
@@ -86,7 +88,7 @@ local function take_from(stream_key, stream_name, n)
     end
   end
   if n <= 0 then return 0 end
-  if fair then fair_feed(tag, stream_name, stream_key, n, tonumber(ARGV[18]), ARGV[19]) end
+  if fair then fair_feed(tag, stream_name, stream_key, n, o.quantum, o.stream_maxlen) end
   local reply = redis.call('XREADGROUP', 'GROUP', group, consumer, 'COUNT', n,
     'STREAMS', stream_key, '>')
   if not reply then return 0 end
@@ -98,34 +100,34 @@ local function take_from(stream_key, stream_name, n)
   return #entries
 end
 
-local got = take_from(KEYS[1], 'interactive', tonumber(ARGV[3]))
-got = got + take_from(KEYS[2], 'synthesis', tonumber(ARGV[4]))
-local idle = tonumber(ARGV[5]) - got
+local got = take_from(KEYS[1], 'interactive', o.own_interactive)
+got = got + take_from(KEYS[2], 'synthesis', o.own_synthesis)
+local idle = o.idle - got
 if idle > 0 then
   idle = idle - take_from(KEYS[1], 'interactive', idle)
   take_from(KEYS[2], 'synthesis', idle)
 end
 
 if fair then
-  fair_keep_one_ready(tag, 'interactive', KEYS[1], group, tonumber(ARGV[18]), ARGV[19])
-  fair_keep_one_ready(tag, 'synthesis', KEYS[2], group, tonumber(ARGV[18]), ARGV[19])
+  fair_keep_one_ready(tag, 'interactive', KEYS[1], group, o.quantum, o.stream_maxlen)
+  fair_keep_one_ready(tag, 'synthesis', KEYS[2], group, o.quantum, o.stream_maxlen)
 end
 
-local co_running = tonumber(ARGV[16]) + #read
+local co_running = o.running + #read
 for _, r in ipairs(read) do
   local stream_key, stream_name, entry_id, fields = r[1], r[2], r[3], r[4]
   local f = {}
   for i = 1, #fields, 2 do f[fields[i]] = fields[i + 1] end
   local job = f['job']
   local started = nil
-  if job and f['v'] == ARGV[13] and string.find(job, '^job_%d%d%d[0-9A-Z]+$') then
+  if job and f['v'] == o.format and string.find(job, '^job_%d%d%d[0-9A-Z]+$') then
     local claim = f['claim']
     if not claim or string.sub(claim, 1, #tag + 6) ~= tag .. ':idem:' then claim = nil end
     seq = seq + 1
     started = start_entry(tag .. ':job:' .. job, tag .. ':lease:' .. job, KEYS[3],
-      stream_key, claim, group, entry_id, ARGV[7] .. entry_id, ARGV[6], consumer,
-      ARGV[12] .. seq, ARGV[8], ARGV[9], ARGV[10], ARGV[14], outage_mark, co_running,
-      ARGV[17], ARGV[23])
+      stream_key, claim, group, entry_id, o.nonce .. entry_id, o.ttl_ms, consumer,
+      o.event_id_base .. seq, o.events_maxlen, o.started, o.claim_ttl_ms, o.failed,
+      outage_mark, co_running, o.dlq_maxlen, o.stage)
   end
   if started == nil or started[1] == 'unknown' then
     out[#out + 1] = {stream_name, entry_id, 'raw', fields}
@@ -146,6 +148,6 @@ for _, name in ipairs({'interactive', 'synthesis'}) do
   if held[name] then out[#out + 1] = {name, '', 'held', {}} end
 end
 if #memo > 0 then
-  redis.call('SET', KEYS[4], cjson.encode(memo), 'PX', ARGV[15])
+  redis.call('SET', KEYS[4], cjson.encode(memo), 'PX', o.memo_ttl_ms)
 end
 return out
