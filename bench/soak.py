@@ -29,6 +29,7 @@ import io
 import math
 import os
 import platform
+import re
 import signal
 import statistics
 import tempfile
@@ -170,6 +171,49 @@ async def retained_jobs(redis: Redis, keys: KeySchema) -> int:
         for tenant in TENANTS:
             total += int(await redis.zcard(keys.tenant_jobs(p, tenant)))
     return total
+
+
+# What each kind of key holds, by its name (splatq:{pN}:...): the per-job keys a finished job
+# keeps for its retention, and the structures that stop growing (the outbox, capped at
+# SPLATQ_EVENTS_MAXLEN per partition; replay memos, expiring within a minute).
+_KINDS: tuple[tuple[str, re.Pattern[str]], ...] = (
+    ("job record (hash)", re.compile(r":job:job_[0-9A-Z]+$")),
+    ("job history (list)", re.compile(r":job:job_[0-9A-Z]+:h$")),
+    ("job delivery log", re.compile(r":job:job_[0-9A-Z]+:deliveries$")),
+    ("other per-job keys", re.compile(r":job:job_[0-9A-Z]+:")),
+    ("listing index", re.compile(r":jobs:[^:]+$")),
+    ("outbox (capped)", re.compile(r"^splatq:\{p\d+\}:events$")),
+    ("replay memos (expiring)", re.compile(r":replay:")),
+    ("webhook messages", re.compile(r":wh:")),
+)
+
+
+async def memory_by_kind(redis: Redis) -> dict[str, tuple[int, int]]:
+    """kind -> (keys, bytes) over every key (MEMORY USAGE, every element counted)."""
+    out: dict[str, tuple[int, int]] = {}
+    async for key in redis.scan_iter(match="*", count=1000):
+        kind = next((name for name, pattern in _KINDS if pattern.search(key)), "everything else")
+        size = int(await redis.memory_usage(key, samples=0) or 0)
+        n, total = out.get(kind, (0, 0))
+        out[kind] = (n + 1, total + size)
+    return out
+
+
+def print_memory_by_kind(by_kind: dict[str, tuple[int, int]], jobs: int) -> None:
+    print(f"\nRedis memory by kind of key, {jobs} retained jobs (MEMORY USAGE):\n")
+    print("| kind | keys | KB | bytes per retained job |\n|---|---|---|---|")
+    for kind, (n, size) in sorted(by_kind.items(), key=lambda kv: -kv[1][1]):
+        print(f"| {kind} | {n} | {size / 1024:,.0f} | {size / max(jobs, 1):,.0f} |")
+    kept = (
+        sum(
+            size
+            for kind, (_, size) in by_kind.items()
+            if kind.startswith(("job ", "other per-job"))
+        )
+        + by_kind.get("listing index", (0, 0))[1]
+    )
+    print(f"\nkept per job for its retention (record, history, delivery log, listing): "
+          f"{kept / max(jobs, 1):,.0f} bytes")  # fmt: skip
 
 
 async def take_sample(
@@ -333,12 +377,16 @@ async def run(args: argparse.Namespace) -> None:
             names = [n for n in ("up", "redis", *SERVICES, *ALL_WORKERS) if n in procs]
             redis = connect(redis_url)
             redis_base = int((await redis.info("memory"))["used_memory"])
+            by_kind: dict[str, tuple[int, int]] = {}
             try:
                 await measure(args, base, redis, procs, samples, load, stop)
+                by_kind = await memory_by_kind(redis)
             finally:
                 await redis.aclose()
                 if samples:
                     print_report(samples, names, args, load, redis_base)
+                if by_kind:
+                    print_memory_by_kind(by_kind, samples[-1].retained_jobs)
 
 
 def main() -> None:

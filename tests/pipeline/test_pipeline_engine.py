@@ -5,6 +5,7 @@ backpressure between stages, the class guarantee inside a stage, and the fence."
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
 
 import pytest
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -52,7 +53,7 @@ async def test_every_stage_runs_once_in_order_and_publish_completes(
     queue: JobQueue, redis: Redis, toy: ToyStages, start_stages: StagesFactory
 ) -> None:
     job_id = (await queue.enqueue(staged_spec())).job_id
-    await start_stages(toy, "all")
+    await start_stages(toy, "ingest,reconstruct,export,render,publish")
     job = await wait_for_status(queue, job_id, {"completed", "failed"})
     assert job.status.value == "completed", job.error
     assert job.artifacts == {"result": expected_result(job_id)}
@@ -69,8 +70,16 @@ async def test_every_stage_runs_once_in_order_and_publish_completes(
         j = await queue.get(job_id)
         return j is not None and PipelineStage.CLEANUP in j.ledger
 
+    before = job.ledger
+    assert any(before[s].outputs for s in PIPELINE[:-1])
+    await start_stages(toy, "cleanup")
     await eventually(cleaned)
     assert await toy.store.delete_job(job_id) == 0  # nothing left to delete
+    # The records no longer name the deleted outputs and keep everything else: what the API's
+    # stage view reads, and the digest that ties each to its metered unit.
+    after = (await queue.get(job_id)).ledger  # type: ignore[union-attr]
+    for stage in PIPELINE[:-1]:
+        assert after[stage] == replace(before[stage], outputs={})
 
 
 async def test_a_failure_after_the_work_reuses_its_outputs_on_retry(

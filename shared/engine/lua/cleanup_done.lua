@@ -1,11 +1,30 @@
 -- cleanup_done: a finished staged job's intermediates were deleted: its ledger records the
--- cleanup stage (when the record still exists) and the cleanup entry is acked and removed.
+-- cleanup stage (when the record still exists), the other stages' records drop the names of
+-- the deleted outputs, and the cleanup entry is acked and removed.
 -- KEYS (one slot): 1 job hash, 2 cleanup stream
 -- ARGV: 1 group, 2 entry id, 3 the cleanup stage's ledger record (JSON)
 -- Returns 1 when the job record was updated, 0 when it had expired. Safe to replay.
 local updated = 0
 if redis.call('EXISTS', KEYS[1]) == 1 then
-  redis.call('HSET', KEYS[1], 'ps.cleanup', ARGV[3])
+  -- The stages' outputs were the objects just deleted: their names name nothing any more,
+  -- and the record would keep them for its whole retention. Each record keeps the rest:
+  -- what the API reads (status, attempts, times, facts) and what ties it to its metered
+  -- unit (the digest: `m.<stage>.<digest>`, shared/engine/metering.py).
+  local sets = {'ps.cleanup', ARGV[3]}
+  local flat = redis.call('HGETALL', KEYS[1])
+  for i = 1, #flat, 2 do
+    local name, value = flat[i], flat[i + 1]
+    if string.sub(name, 1, 3) == 'ps.' and name ~= 'ps.cleanup'
+        and string.find(value, '"outputs"', 1, true) then
+      local ok, record = pcall(cjson.decode, value)
+      if ok and type(record) == 'table' then
+        record.outputs = nil
+        sets[#sets + 1] = name
+        sets[#sets + 1] = cjson.encode(record)
+      end
+    end
+  end
+  redis.call('HSET', KEYS[1], unpack(sets))
   updated = 1
 end
 ack(KEYS[2], ARGV[1], ARGV[2])
