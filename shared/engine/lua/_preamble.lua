@@ -57,7 +57,8 @@ local function emit(events_key, maxlen, job_key, event_id, name, extra, known, n
     'event_id', event_id, 'type', name, 'job_id', f[1], 'tenant', f[2] or '',
     'trace_id', f[4] or '', 'payload', payload)
   local history = job_key .. ':h'
-  local kind = string.match(name, '([^.]+)$')
+  -- '3d_reconstruction.progress' -> 'progress' (a plain find: a pattern costs ~1 µs here)
+  local kind = string.sub(name, (string.find(name, '.', 1, true) or 0) + 1)
   if kind == 'progress' and redis.call('LLEN', history) >= JOB_HISTORY_MAX then
     wake_watchers(job_key, f[5], now)
     return
