@@ -17,6 +17,7 @@ import platform
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any
 
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram, Info
 
@@ -348,32 +349,7 @@ class EngineMetrics:
                 buckets=_SLO_BUCKETS,
                 registry=registry,
             ),
-            slots_in_use=Gauge(
-                "splatq_slots_in_use",
-                "Worker slots running jobs",
-                ["stream"],
-                registry=registry,
-            ),
-            slots_reserved=Gauge(
-                "splatq_slots_reserved",
-                "Worker slots reserved per stream",
-                ["stream"],
-                registry=registry,
-            ),
-            stage_runs=Counter(
-                "splatq_stage_runs_total",
-                "Staged pipeline: stage runs ended by this worker, by outcome (advanced, "
-                "completed, retrying, failed, canceled, lease_lost, released)",
-                ["stage", "stream", "outcome"],
-                registry=registry,
-            ),
-            stage_duration=Histogram(
-                "splatq_stage_duration_seconds",
-                "Staged pipeline: a stage run's time from its start to its commit",
-                ["stage", "stream", "outcome"],
-                buckets=_DURATION_BUCKETS,
-                registry=registry,
-            ),
+            **_slot_and_stage_metrics(registry),
             entries_lost_alarm=Counter(
                 "splatq_stream_entries_lost_total",
                 "ALARM: XAUTOCLAIM reported pending entries deleted from the stream",
@@ -424,3 +400,32 @@ class EngineMetrics:
             self.end_to_end.labels(job.stream.value, quality_label(job.quality), outcome).observe(
                 total_s
             )
+
+
+def _slot_and_stage_metrics(registry: CollectorRegistry) -> dict[str, Any]:
+    """EngineMetrics' slot gauges and staged-pipeline series."""
+    return {
+        "slots_in_use": Gauge(
+            "splatq_slots_in_use", "Worker slots running jobs", ["stream"], registry=registry
+        ),
+        "slots_reserved": Gauge(
+            "splatq_slots_reserved",
+            "Worker slots reserved per stream",
+            ["stream"],
+            registry=registry,
+        ),
+        "stage_runs": Counter(
+            "splatq_stage_runs_total",
+            "Staged pipeline: stage runs ended by this worker, by outcome (advanced, "
+            "completed, retrying, failed, canceled, lease_lost, released)",
+            ["stage", "stream", "outcome"],
+            registry=registry,
+        ),
+        "stage_duration": Histogram(
+            "splatq_stage_duration_seconds",
+            "Staged pipeline: a stage run's time from its start to its commit",
+            ["stage", "stream", "outcome"],
+            buckets=_DURATION_BUCKETS,
+            registry=registry,
+        ),
+    }
