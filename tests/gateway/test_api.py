@@ -322,7 +322,11 @@ async def test_backlog_limit_answers_503_with_retry_after_and_records_no_job(
     )
     await problem(resp, 503, "overloaded")
     assert resp.headers["Retry-After"] == "5"
-    jobs = [k async for k in redis.scan_iter("splatq:*:job:*") if not k.endswith((":events", ":h", ":wake"))]
+    jobs = [
+        k
+        async for k in redis.scan_iter("splatq:*:job:*")
+        if not k.endswith((":events", ":h", ":wake"))
+    ]
     assert len(jobs) == 2
     assert len(list((storage.root / "inputs").rglob("*.png"))) == 3
 
@@ -348,7 +352,11 @@ async def test_a_tenant_at_its_backlog_share_is_refused_alone(
     )
     await problem(resp, 429, "tenant_backlog_full")
     assert int(resp.headers["Retry-After"]) >= 1
-    jobs = [k async for k in redis.scan_iter("splatq:*:job:*") if not k.endswith((":events", ":h", ":wake"))]
+    jobs = [
+        k
+        async for k in redis.scan_iter("splatq:*:job:*")
+        if not k.endswith((":events", ":h", ":wake"))
+    ]
     assert len(jobs) == 2
     assert len(list((storage.root / "inputs").rglob("*.png"))) == 3
     for i in range(2):  # B's own share, untouched by A's

@@ -47,7 +47,13 @@ async def _age(redis: Redis, queue: JobQueue, job_id: str, seconds: int) -> None
 
 
 async def _jobs(redis: Redis) -> int:
-    return len([k async for k in redis.scan_iter("splatq:*:job:*") if not k.endswith((":events", ":h", ":wake"))])
+    return len(
+        [
+            k
+            async for k in redis.scan_iter("splatq:*:job:*")
+            if not k.endswith((":events", ":h", ":wake"))
+        ]
+    )
 
 
 async def _lookups(client: Client) -> dict[str, float]:
@@ -81,7 +87,11 @@ async def test_stale_hits_are_answered_at_once_and_refresh_once(
         (200, first["id"], True, True)
     }
     assert await _jobs(redis) == 2  # the original and one refresh
-    keys = [k async for k in redis.scan_iter("splatq:*:job:*") if not k.endswith((":events", ":h", ":wake"))]
+    keys = [
+        k
+        async for k in redis.scan_iter("splatq:*:job:*")
+        if not k.endswith((":events", ":h", ":wake"))
+    ]
     [refresh_id] = [k.rsplit(":", 1)[1] for k in keys if not k.endswith(first["id"])]
     handler.gate.set()
     await wait_for_status(queue, refresh_id, {"completed"})
