@@ -2,15 +2,18 @@
 lua/history.lua (`Producers.job_history` runs it).
 
 The history is a list of compact items, `<ms>\\t<name>\\t<event id>\\t<extra>`, one per
-event (`emit` in lua/_preamble.lua writes them), not the payloads: the payload's other parts
--- the job id and its metadata -- are in the record, so an item is a few dozen bytes where a
-payload repeats the metadata. `payload` rebuilds the very bytes `emit` sent to the outbox
-(the webhook body), and a test holds the two to that.
+event (`emit` in lua/_preamble.lua writes them; the name without the namespace every event
+shares), not the payloads: the payload's other parts -- the job id and its metadata -- are in
+the record, so an item is a few dozen bytes where a payload repeats the metadata. `payload`
+rebuilds the very bytes `emit` sent to the outbox (the webhook body), and a test holds the
+two to that.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+from splatq.shared.engine.events import EVENT_NAMESPACE
 
 # The SSE id of the start of a history (nothing read yet).
 START = "0-0"
@@ -54,6 +57,8 @@ def decode(reply: list[object]) -> list[HistoryEvent]:
             continue
         sse_id, compact = str(item[0]), str(item[1])
         ms, name, event_id, extra = compact.split("\t", 3)
+        if "." not in name:  # stored without the namespace every event shares
+            name = f"{EVENT_NAMESPACE}.{name}"
         out.append(
             HistoryEvent(sse_id, name, payload(name, event_id, int(ms), job_id, metadata, extra))
         )

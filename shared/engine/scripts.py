@@ -33,6 +33,7 @@ from redis.exceptions import DataError, NoScriptError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from splatq.shared.backoff import Backoff
+from splatq.shared.engine.events import EVENT_NAMESPACE
 from splatq.shared.engine.states import lua_transition_table
 from splatq.shared.redis.replay import replay_key
 
@@ -52,6 +53,15 @@ def _retention_constant(job_retention_ms: int) -> str:
     return (
         "-- The job record retention in ms (generated from SPLATQ_JOB_RETENTION_S).\n"
         f"local JOB_RETENTION_MS = {int(job_retention_ms)}\n"
+    )
+
+
+def _event_prefix_constant() -> str:
+    """The event names' namespace as a Lua constant: a history item stores an event's name
+    without it (shared/engine/history.py puts it back)."""
+    return (
+        "-- The event names' namespace (generated from shared/engine/events.py).\n"
+        f"local EVENT_PREFIX = '{EVENT_NAMESPACE}.'\n"
     )
 
 
@@ -215,7 +225,10 @@ class ScriptRunner:
         job_retention_ms: int = DEFAULT_JOB_RETENTION_MS,
     ) -> None:
         self._base_helpers = (
-            lua_transition_table() + _retention_constant(job_retention_ms) + _preamble()
+            lua_transition_table()
+            + _retention_constant(job_retention_ms)
+            + _event_prefix_constant()
+            + _preamble()
         )
         self._helpers = LuaHelpers(self._base_helpers)
         self._redis = redis

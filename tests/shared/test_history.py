@@ -39,6 +39,9 @@ async def test_history_rebuilds_every_outbox_payload_and_resumes_from_each_id(
     for n, (sse_id, _, _) in enumerate(history):
         assert await queue.job_history(result.job_id, sse_id) == history[n + 1 :]
     assert await queue.job_history(result.job_id, count=2) == history[:2]
+    # Items name events without the namespace they share (history.py puts it back).
+    items = await redis.lrange(queue.keys.job_history(result.job_id), 0, -1)
+    assert [i.split("\t")[1] for i in items] == [k.split(".", 1)[1] for _, k, _ in history]
     # No stream key per job: the history is a list, and nobody watched, so no wake stream.
     for key in [k async for k in redis.scan_iter(f"{queue.keys.job(result.job_id)}*")]:
         assert await redis.type(key) in ("hash", "list"), key

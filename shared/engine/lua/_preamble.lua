@@ -14,11 +14,12 @@ end
 
 -- The job's own event history (what SSE and `Prefer: wait` replay): a list `<job key>:h`,
 -- a key derived from the declared job key by a suffix, so it carries the same {pN} tag and
--- lives in the same slot. One compact item per event -- `<ms>\t<name>\t<event id>\t<extra>`
--- -- and not the payload: the payload's other parts (the job id, its metadata, the
--- timestamp) are in the record or the item, and shared/engine/history.py rebuilds the very
--- bytes `emit` sent to the outbox. An event's SSE id is `<ms>-<position in the list>`.
--- A list of a few short items costs ~200 bytes where a stream key preallocates ~4.7 KB.
+-- lives in the same slot. One compact item per event, `<ms>\t<name>\t<event id>\t<extra>`
+-- (the name without the namespace every event shares, EVENT_PREFIX), and not the payload:
+-- the payload's other parts (the job id, its metadata, the timestamp) are in the record or
+-- the item, and shared/engine/history.py rebuilds the very bytes `emit` sent to the outbox.
+-- An event's SSE id is `<ms>-<position in the list>`. A list of a few short items costs
+-- ~200 bytes where a stream key preallocates ~4.7 KB.
 -- Progress events stop being kept past JOB_HISTORY_MAX items (the outbox still carries
 -- them); state changes are always kept, so the list is never trimmed and positions hold.
 -- The list's TTL is set when it is created and again at every terminal event, so it lives as
@@ -58,12 +59,20 @@ local function emit(events_key, maxlen, job_key, event_id, name, extra, known, n
     'trace_id', f[4] or '', 'payload', payload)
   local history = job_key .. ':h'
   -- '3d_reconstruction.progress' -> 'progress' (a plain find: a pattern costs ~1 µs here)
-  local kind = string.sub(name, (string.find(name, '.', 1, true) or 0) + 1)
+  local dot = string.find(name, '.', 1, true) or 0
+  local kind = string.sub(name, dot + 1)
+  -- The item names the event without the namespace every event shares (history.py puts it
+  -- back): a name in another namespace, or with more dots, is kept whole.
+  local stored = name
+  if dot == #EVENT_PREFIX and string.sub(name, 1, dot) == EVENT_PREFIX
+      and not string.find(kind, '.', 1, true) then
+    stored = kind
+  end
   if kind == 'progress' and redis.call('LLEN', history) >= JOB_HISTORY_MAX then
     wake_watchers(job_key, f[5], now)
     return
   end
-  local n = redis.call('RPUSH', history, now .. '\t' .. name .. '\t' .. event_id .. '\t'
+  local n = redis.call('RPUSH', history, now .. '\t' .. stored .. '\t' .. event_id .. '\t'
     .. extra)
   if n == 1 or TERMINAL_EVENT[kind] then
     redis.call('PEXPIRE', history, JOB_RETENTION_MS)
