@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import inspect
-import time
 from collections.abc import Awaitable, Callable, Iterator
 from typing import Any, TypeVar, overload
 
@@ -142,17 +141,25 @@ def eventually_sync(
     retry_on: RetryOn = (),
 ) -> T:
     """`eventually` for code without an event loop (a subprocess's readiness from a plain
-    test or fixture): the same rules, sleeping with `time.sleep` -- so it refuses to run
-    where an event loop is running (it would stall it; use `eventually` there)."""
+    test or fixture): the same poll, run in an event loop of its own -- so it refuses to run
+    where an event loop is already running (use `eventually` there). `condition` must not
+    be async."""
     if _loop_running():
         raise RuntimeError("eventually_sync would block the running event loop: use eventually")
-    attempts = _Attempts(condition, message, retry_on, timeout, time.monotonic())
-    while True:
-        with attempts.attempt():
-            if attempts.observed(value := _not_awaitable(condition())):
-                return value
-        attempts.give_up_at(time.monotonic())
-        time.sleep(interval)
+
+    def plain() -> T:
+        return _not_awaitable(condition())
+
+    name = getattr(condition, "__qualname__", None) or repr(condition)
+    return asyncio.run(
+        eventually(
+            plain,
+            timeout,
+            interval,
+            message=message if message is not None else f"condition {name}",
+            retry_on=retry_on,
+        )
+    )
 
 
 def _not_awaitable(value: T) -> T:
