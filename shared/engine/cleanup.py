@@ -21,6 +21,7 @@ from redis.exceptions import ResponseError
 
 from splatq.shared.engine.fleet import REDIS_ERRORS, new_consumer_name
 from splatq.shared.engine.ids import is_job_id
+from splatq.shared.engine.metering import UNIT_DIGEST_CHARS
 from splatq.shared.engine.metrics import EngineMetrics
 from splatq.shared.engine.queue import JobQueue
 from splatq.shared.engine.scripts import Script, ScriptCall
@@ -155,7 +156,7 @@ class CleanupWorker:
             ScriptCall(
                 Script.CLEANUP_DONE,
                 [self.queue.keys.job(job_id), key],
-                [self.queue.group, entry_id, record.to_json()],
+                [self.queue.group, entry_id, record.to_json(), UNIT_DIGEST_CHARS],
             ),
             resend_for_s=5.0,
         )

@@ -13,10 +13,57 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from splatq.shared.engine.artifact_refs import job_artifact_path
 from splatq.shared.engine.events import EVENT_NAMESPACE
 
 # The SSE id of the start of a history (nothing read yet).
 START = "0-0"
+
+# An item's extra keeps the members every staged progress event repeats as one control
+# character each: JSON text never holds a raw control character (a string escapes it), so
+# each stands for its text alone and `expand` is exact. `emit` (lua/_preamble.lua) replaces
+# them in this order, in progress events only (a no-op job's events pay nothing); the longer
+# members first, so the generic one takes only what they left. ~70 of a progress item's
+# ~130 bytes, nine progress events in a staged preview.
+PROGRESS_TOKENS: tuple[tuple[str, str], ...] = (
+    ("\x02", '"progress":'),
+    ("\x03", ',"stage":"'),
+    ("\x04", '","stage_status":"running","attempt":'),
+    ("\x05", '","stage_status":"succeeded","next_stage":"'),
+    ("\x06", '","stage_status":"'),
+)
+# ... and the job's own artifact path (`/v1/jobs/<job id>/artifacts/`) in any event that
+# names its artifacts (`completed`, `preview_ready`): ~48 bytes an artifact.
+ARTIFACT_PATH_TOKEN = "\x01"
+
+
+def lua_constants() -> str:
+    """The tokens as the Lua helpers use them (generated into every script, like the
+    transition table): each member as a Lua pattern (its magic characters escaped) and its
+    replacement."""
+    rows = []
+    for char, text in PROGRESS_TOKENS:
+        pattern = "".join("%" + c if c in "^$()%.[]*+-?" else c for c in text)
+        rows.append(f"  {{'{_lua_quote(pattern)}', '\\{ord(char)}'}},")
+    return (
+        "-- History item tokens (generated from shared/engine/history.py).\n"
+        "local HISTORY_TOKENS = {\n" + "\n".join(rows) + "\n}\n"
+        f"local ARTIFACT_PATH_TOKEN = '\\{ord(ARTIFACT_PATH_TOKEN)}'\n"
+    )
+
+
+def _lua_quote(text: str) -> str:
+    return text.replace("\\", "\\\\").replace("'", "\\'")
+
+
+def expand(extra: str, job_id: str) -> str:
+    """An item's extra as `emit` sent it to the outbox (the tokens given back their text)."""
+    if not extra or min(extra) >= " ":
+        return extra  # no token: an event without any (or an item from before them)
+    extra = extra.replace(ARTIFACT_PATH_TOKEN, job_artifact_path(job_id))
+    for char, text in PROGRESS_TOKENS:
+        extra = extra.replace(char, text)
+    return extra
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,6 +106,7 @@ def decode(reply: list[object]) -> list[HistoryEvent]:
         ms, name, event_id, extra = compact.split("\t", 3)
         if "." not in name:  # stored without the namespace every event shares
             name = f"{EVENT_NAMESPACE}.{name}"
+        extra = expand(extra, job_id)
         out.append(
             HistoryEvent(sse_id, name, payload(name, event_id, int(ms), job_id, metadata, extra))
         )

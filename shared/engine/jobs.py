@@ -11,6 +11,7 @@ from typing import Any
 
 import orjson
 
+from splatq.shared.engine import artifact_refs
 from splatq.shared.engine.keys import StreamName
 from splatq.shared.engine.metering import metered_units
 from splatq.shared.engine.stages import PipelineStage, StageRecord, ledger_of
@@ -177,7 +178,7 @@ class JobRecord:
             lease_until_ms=_opt_int(raw, "lease_until_ms"),
             params=_json(raw, "params", {}),
             metadata=_json(raw, "metadata", {}),
-            artifacts=_json(raw, "artifacts", None),
+            artifacts=artifact_refs.from_record(raw, raw["id"]),
             compute_time_ms=_opt_int(raw, "compute_time_ms"),
             error=error,
             input_ref=raw.get("input_ref", ""),
@@ -260,6 +261,7 @@ RESERVED_FIELDS = frozenset({
     "id", "status", "attempts", "deliveries", "entry_id", "claim_key", "lease_token",
     "tenant", "worker", "stream", "cancel_requested", "v", "current_stage", "last_commit",
     "fq", "fq_flow", "fq_cost", "deferrals",
+    artifact_refs.ARTIFACTS, artifact_refs.ARTIFACT_BASE, artifact_refs.ARTIFACT_NAMES,
 })  # fmt: skip
 
 

@@ -22,18 +22,18 @@ from collections.abc import Iterable, Mapping
 METER_PREFIX = "m."
 WHOLE_JOB_UNIT = "job"
 # How much of a digest names a unit: 64 bits are plenty within one job.
-_DIGEST_CHARS = 16
+UNIT_DIGEST_CHARS = 16
 
 
 def stage_unit(stage: str, digest: str) -> str:
     """The unit of a stage's outputs for one (effective) input digest."""
-    return f"{stage}.{digest[:_DIGEST_CHARS]}"
+    return f"{stage}.{digest[:UNIT_DIGEST_CHARS]}"
 
 
 def quick_unit(digest: str) -> str:
     """The unit of a progressive job's quick result (part of the reconstruct stage's work: a
     redrive that runs reconstruct again discards it with the stage's own unit)."""
-    return f"reconstruct.quick.{digest[:_DIGEST_CHARS]}"
+    return f"reconstruct.quick.{digest[:UNIT_DIGEST_CHARS]}"
 
 
 def metered_units(raw: Mapping[str, str]) -> dict[str, int]:

@@ -8,9 +8,7 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping
 from typing import Any
 
-import orjson
-
-from splatq.shared.engine import events
+from splatq.shared.engine import artifact_refs, events
 from splatq.shared.engine.events import EventType
 from splatq.shared.engine.job_context import JobContext
 from splatq.shared.engine.jobs import JobOutcome, StageDone
@@ -63,7 +61,7 @@ def success(
     model = outcome.model or ctx.job.model
     compute_ms = outcome.compute_time_ms if outcome.compute_time_ms is not None else elapsed_ms
     fields: dict[str, str] = {
-        "artifacts": orjson.dumps(dict(outcome.artifacts)).decode(),
+        **artifact_refs.record_fields(ctx.job.id, outcome.artifacts),
         "compute_time_ms": str(compute_ms),
         "model": model,
         **outcome.extra_fields,

@@ -34,6 +34,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from splatq.shared.backoff import Backoff
 from splatq.shared.engine.events import EVENT_NAMESPACE
+from splatq.shared.engine.history import lua_constants as history_lua_constants
 from splatq.shared.engine.states import lua_transition_table
 from splatq.shared.redis.replay import replay_key
 
@@ -228,6 +229,7 @@ class ScriptRunner:
             lua_transition_table()
             + _retention_constant(job_retention_ms)
             + _event_prefix_constant()
+            + history_lua_constants()
             + _preamble()
         )
         self._helpers = LuaHelpers(self._base_helpers)

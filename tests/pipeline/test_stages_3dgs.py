@@ -10,6 +10,7 @@ from redis.asyncio import Redis
 
 from splatq.services.gpu_worker.stages import StageHandlers
 from splatq.shared.engine.ids import partition_of
+from splatq.shared.engine.metering import UNIT_DIGEST_CHARS, stage_unit
 from splatq.shared.engine.queue import JobQueue
 from splatq.shared.engine.stages import PIPELINE, PipelineStage, StageStatus
 from splatq.shared.settings import Settings
@@ -76,6 +77,34 @@ async def test_a_staged_job_passes_every_stage_and_equals_the_whole_job_result(
     assert names[-1] == "completed"
     assert sum('"stage_status":"succeeded"' in p for _, p in progress) == 4
     assert sum('"stage_status":"running"' in p for _, p in progress) == 4
+
+    # The job's history rebuilds those very payloads from compact items: the members every
+    # progress event repeats, and the job's artifact path, are one-character tokens there.
+    history = await queue.job_history(staged.job_id)
+    assert [(kind, payload) for _, kind, payload in history] == progress
+    items = await redis.lrange(queue.keys.job_history(staged.job_id), 0, -1)
+    assert not any("stage_status" in item for item in items)
+    assert not any(f"/v1/jobs/{staged.job_id}/" in item for item in items)
+    assert sum(len(i) for i in items) < sum(len(p) for _, p in progress) // 2
+
+    # The record keeps the artifacts' base once and their names; read back, they are the
+    # URLs the completed event named.
+    raw = await redis.hgetall(queue.keys.job(staged.job_id))
+    completed = orjson.loads(progress[-1][1])["data"]["artifacts"]
+    assert raw["artifact_names"] == ",".join(completed)
+    assert raw["artifacts"] == ""
+    assert dict(job.artifacts or {}) == completed
+
+    # After cleanup each stage's ledger record keeps of its digest what names its metered
+    # unit: the tie to what the stage was billed for holds.
+    cleaned_job = await queue.get(staged.job_id)
+    assert cleaned_job is not None
+    for stage in PIPELINE[:-1]:
+        record = cleaned_job.ledger[stage]
+        assert not record.outputs
+        assert len(record.digest) == UNIT_DIGEST_CHARS
+        assert record.digest == job.ledger[stage].digest[:UNIT_DIGEST_CHARS]
+        assert stage_unit(stage.value, record.digest) in cleaned_job.metered
 
 
 async def test_a_job_exported_before_spz_existed_publishes_without_it(

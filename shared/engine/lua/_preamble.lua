@@ -39,6 +39,22 @@ local function wake_watchers(job_key, watch, now)
   end
 end
 
+-- An event's extra as the job's history item keeps it: in progress events the members every
+-- one repeats, and in any event the job's own artifact path, as the one-character tokens of
+-- shared/engine/history.py (HISTORY_TOKENS, generated; `expand` there gives them back).
+local function history_extra(extra, kind, job_id)
+  if kind == 'progress' then
+    for i = 1, #HISTORY_TOKENS do
+      extra = string.gsub(extra, HISTORY_TOKENS[i][1], HISTORY_TOKENS[i][2])
+    end
+  elseif string.find(extra, '/artifacts/', 1, true) then
+    -- a job id is letters, digits and '_'; escaped all the same (any non-alphanumeric)
+    local path = '/v1/jobs/' .. string.gsub(job_id, '%W', '%%%0') .. '/artifacts/'
+    extra = string.gsub(extra, path, ARTIFACT_PATH_TOKEN)
+  end
+  return extra
+end
+
 -- Append one event (the webhook/SSE payload) to the outbox stream and to the job's history.
 -- `extra` is a fragment of JSON object members built by shared/events.py (already escaped),
 -- or ''. `known` = {id, tenant, metadata, trace_id, watch} when the caller already read them
@@ -73,7 +89,7 @@ local function emit(events_key, maxlen, job_key, event_id, name, extra, known, n
     return
   end
   local n = redis.call('RPUSH', history, now .. '\t' .. stored .. '\t' .. event_id .. '\t'
-    .. extra)
+    .. history_extra(extra, kind, f[1]))
   if n == 1 or TERMINAL_EVENT[kind] then
     redis.call('PEXPIRE', history, JOB_RETENTION_MS)
   end
