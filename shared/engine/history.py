@@ -39,12 +39,8 @@ ARTIFACT_PATH_TOKEN = "\x01"
 
 def lua_constants() -> str:
     """The tokens as the Lua helpers use them (generated into every script, like the
-    transition table): each member as a Lua pattern (its magic characters escaped) and its
-    replacement."""
-    rows = []
-    for char, text in PROGRESS_TOKENS:
-        pattern = "".join("%" + c if c in "^$()%.[]*+-?" else c for c in text)
-        rows.append(f"  {{'{_lua_quote(pattern)}', '\\{ord(char)}'}},")
+    transition table): each member's text and its character."""
+    rows = [f"  {{'{_lua_quote(text)}', '\\{ord(char)}'}}," for char, text in PROGRESS_TOKENS]
     return (
         "-- History item tokens (generated from shared/engine/history.py).\n"
         "local HISTORY_TOKENS = {\n" + "\n".join(rows) + "\n}\n"

@@ -11,6 +11,8 @@ from redis.asyncio import Redis
 
 from splatq.shared.engine import artifact_refs, history
 from splatq.shared.engine.events import stage_fields
+from splatq.shared.engine.scripts import LuaHelpers, _preamble
+from splatq.shared.engine.states import lua_transition_table
 
 JOB = "job_00006H4Q0K8S11F5E9J1W58SRFTKG"
 BASE = "https://splatq.example.com"
@@ -86,24 +88,27 @@ def test_history_tokens_give_back_every_progress_extra_exactly(
 
 
 async def test_the_generated_lua_table_encodes_as_expand_decodes(redis: Redis) -> None:
-    """The generated table run by Redis's Lua (patterns escaped): what it stores for each
-    kind of progress extra is shorter and expands back exactly."""
+    """The generated table and the helpers' replace_plain, run by Redis's Lua: what they
+    store for each kind of progress extra is shorter and expands back exactly."""
     extras = [
         stage_fields(0.4, "export", "succeeded", "render"),
         stage_fields(0.2, "reconstruct", "running") + ',"attempt":3',
         stage_fields(0.6, "render", "retrying"),
-        '"progress":0.5,"stage":"100%.[*]?"',  # pattern characters in a value
+        '"progress":0.5,"stage":"100%.[*]?\'"',  # pattern characters and a quote in a value
+        '"progress":0.1,"stage":"a","stage":"b"',  # a member twice
     ]
-    script = history.lua_constants() + (
+    body = (
         "local out = {}\n"
         "for i, extra in ipairs(ARGV) do\n"
         "  for j = 1, #HISTORY_TOKENS do\n"
-        "    extra = string.gsub(extra, HISTORY_TOKENS[j][1], HISTORY_TOKENS[j][2])\n"
+        "    extra = replace_plain(extra, HISTORY_TOKENS[j][1], HISTORY_TOKENS[j][2])\n"
         "  end\n"
         "  out[i] = extra\n"
         "end\n"
         "return out\n"
     )
+    helpers = LuaHelpers(lua_transition_table() + history.lua_constants() + _preamble())
+    script = helpers.include_for(body)
     stored = await redis.eval(script, 0, *extras)  # type: ignore[misc]
     for extra, item in zip(extras, stored, strict=True):
         assert history.expand(item, JOB) == extra

@@ -39,18 +39,27 @@ local function wake_watchers(job_key, watch, now)
   end
 end
 
+-- Every occurrence of `text` in `s` replaced by `by`, by plain search (no pattern: half the
+-- cost of string.gsub here, and no escaping).
+local function replace_plain(s, text, by)
+  local at = string.find(s, text, 1, true)
+  while at do
+    s = string.sub(s, 1, at - 1) .. by .. string.sub(s, at + #text)
+    at = string.find(s, text, at + #by, true)
+  end
+  return s
+end
+
 -- An event's extra as the job's history item keeps it: in progress events the members every
 -- one repeats, and in any event the job's own artifact path, as the one-character tokens of
 -- shared/engine/history.py (HISTORY_TOKENS, generated; `expand` there gives them back).
 local function history_extra(extra, kind, job_id)
   if kind == 'progress' then
     for i = 1, #HISTORY_TOKENS do
-      extra = string.gsub(extra, HISTORY_TOKENS[i][1], HISTORY_TOKENS[i][2])
+      extra = replace_plain(extra, HISTORY_TOKENS[i][1], HISTORY_TOKENS[i][2])
     end
   elseif string.find(extra, '/artifacts/', 1, true) then
-    -- a job id is letters, digits and '_'; escaped all the same (any non-alphanumeric)
-    local path = '/v1/jobs/' .. string.gsub(job_id, '%W', '%%%0') .. '/artifacts/'
-    extra = string.gsub(extra, path, ARTIFACT_PATH_TOKEN)
+    extra = replace_plain(extra, '/v1/jobs/' .. job_id .. '/artifacts/', ARTIFACT_PATH_TOKEN)
   end
   return extra
 end
