@@ -182,6 +182,8 @@ _KINDS: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("job delivery log", re.compile(r":job:job_[0-9A-Z]+:deliveries$")),
     ("other per-job keys", re.compile(r":job:job_[0-9A-Z]+:")),
     ("listing index", re.compile(r":jobs:[^:]+$")),
+    # the job's billing trail (shared/tenants/quota.py): kept 40 days, past the record
+    ("job quota saga (40 days)", re.compile(r"^splatq:\{tenant:[^}]*\}:saga:")),
     ("outbox (capped)", re.compile(r"^splatq:\{p\d+\}:events$")),
     ("replay memos (expiring)", re.compile(r":replay:")),
     ("webhook messages", re.compile(r":wh:")),
@@ -212,7 +214,7 @@ def print_memory_by_kind(by_kind: dict[str, tuple[int, int]], jobs: int) -> None
         )
         + by_kind.get("listing index", (0, 0))[1]
     )
-    print(f"\nkept per job for its retention (record, history, delivery log, listing): "
+    print(f"\nkept per job for its retention (record, history, delivery log, listing, saga): "
           f"{kept / max(jobs, 1):,.0f} bytes")  # fmt: skip
 
 
