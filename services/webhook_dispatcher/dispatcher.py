@@ -195,9 +195,8 @@ class Dispatcher:
         while True:
             try:
                 found = 0
-                now_ms = int(time.time() * 1000)
                 for p in range(self.settings.partitions):
-                    found += await self._claim_and_send(http, p, now_ms, visibility_ms)
+                    found += await self._claim_and_send(http, p, visibility_ms)
                 if not found:
                     await asyncio.sleep(0.05)
                 if self.metrics is not None and time.monotonic() >= next_sample:
@@ -210,7 +209,7 @@ class Dispatcher:
                 await _pause_after(exc, "dispatcher.deliver_loop_failed", backoff)
 
     async def _claim_and_send(
-        self, http: aiohttp.ClientSession, partition: int, now_ms: int, visibility_ms: int
+        self, http: aiohttp.ClientSession, partition: int, visibility_ms: int
     ) -> int:
         """Claim at most as many due messages as there are free delivery slots (a claimed
         message's visibility timeout runs from the claim, so none waits for a slot), defer
@@ -219,8 +218,8 @@ class Dispatcher:
         free = await self._reserve_slots(CLAIM_BATCH)
         admitted: list[Message] = []
         try:
-            ids = await self.store.due(partition, now_ms, free)
-            claimed = await self.store.claim(partition, ids, visibility_ms) if ids else []
+            # Finding the due messages and claiming them is one script call (Redis's clock).
+            claimed = await self.store.claim_due(partition, free, visibility_ms)
             # Shares before the breaker's gate: a message that waits anyway costs no gate
             # call and takes no half-open probe.
             for message in claimed:
