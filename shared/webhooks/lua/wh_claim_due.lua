@@ -15,15 +15,18 @@
 -- attempt numbers this call claimed -- not the payloads -- and a resend rebuilds the same
 -- reply from them, re-reading each message's fields (unchanged while it is claimed: a
 -- message is written by its claimer's result, or by fan-out before it was ever due). So a
--- resend claims nothing more and counts no attempt twice.
+-- resend claims nothing more and counts no attempt twice. A resend later than the visibility
+-- timeout (redis-py's retries come within about a second; the memo lives the runner's replay
+-- TTL) could hand out messages another dispatcher has claimed again meanwhile: the duplicate
+-- attempt that a visibility timeout always allows (at-least-once; the first final result
+-- wins in wh_result.lua).
 local base = string.sub(KEYS[1], 1, -4) .. 'msg:'
+local FIELDS = {'event_id', 'event_type', 'job_id', 'tenant', 'url', 'payload', 'target'}
 
-local function answer(out, id, attempts)
-  local f = redis.call('HMGET', base .. id, 'event_id', 'event_type', 'job_id', 'tenant',
-    'url', 'payload', 'target')
-  if not f[1] then return end  -- gone (expired): nothing left to send
+-- Appends one message's 9 reply items, from `f` = HMGET of 'status' then FIELDS.
+local function answer(out, id, f, attempts)
   out[#out + 1] = id
-  for i = 1, 7 do out[#out + 1] = f[i] or '' end
+  for i = 2, 8 do out[#out + 1] = f[i] or '' end
   out[#out + 1] = attempts
 end
 
@@ -31,7 +34,8 @@ local out = {}
 local prior = redis.call('GET', KEYS[2])
 if prior then
   for id, attempts in string.gmatch(prior, '([^\n]*) (%d+)\n') do
-    answer(out, id, tonumber(attempts))
+    local f = redis.call('HMGET', base .. id, 'status', unpack(FIELDS))
+    if f[2] then answer(out, id, f, tonumber(attempts)) end  -- else gone (expired)
   end
   return out
 end
@@ -42,12 +46,15 @@ local memo = {}
 local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, tonumber(ARGV[1]))
 for _, id in ipairs(due) do
   local key = base .. id
-  if redis.call('HGET', key, 'status') ~= 'pending' then
+  -- The status and the fields to send in one read: a claimed message's fields do not change
+  -- (fan-out writes them once), so reading them before the claim's writes is the same.
+  local f = redis.call('HMGET', key, 'status', unpack(FIELDS))
+  if f[1] ~= 'pending' then
     redis.call('ZREM', KEYS[1], id)
   else
     redis.call('ZADD', KEYS[1], until_ms, id)
     local attempts = redis.call('HINCRBY', key, 'attempts', 1)
-    answer(out, id, attempts)
+    answer(out, id, f, attempts)
     memo[#memo + 1] = id .. ' ' .. attempts .. '\n'
   end
 end
