@@ -22,6 +22,7 @@ import aiohttp
 import structlog
 from redis.exceptions import RedisError
 
+from splatq.services.webhook_dispatcher.collector import tuned_collector
 from splatq.services.webhook_dispatcher.messages import messages_of, target_key, tenant_key
 from splatq.services.webhook_dispatcher.metrics import DispatcherMetrics
 from splatq.services.webhook_dispatcher.policy import (
@@ -113,18 +114,19 @@ class Dispatcher:
             ]
             loops.append(asyncio.create_task(self._deliver_loop(http)))
             recorder = asyncio.create_task(self._results.run())
-            log.info("dispatcher.started", consumer=self.consumer)
-            await self._stopping.wait()
-            for t in loops:
-                t.cancel()
-            for t in loops:
+            with tuned_collector():  # set for many short-lived attempts (collector.py)
+                log.info("dispatcher.started", consumer=self.consumer)
+                await self._stopping.wait()
+                for t in loops:
+                    t.cancel()
+                for t in loops:
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await t
+                if self._in_flight:
+                    await asyncio.wait(self._in_flight, timeout=self.settings.shutdown_grace_s)
+                recorder.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
-                    await t
-            if self._in_flight:
-                await asyncio.wait(self._in_flight, timeout=self.settings.shutdown_grace_s)
-            recorder.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await recorder
+                    await recorder
         log.info("dispatcher.stopped")
 
     # -- fan-out -----------------------------------------------------------------------
@@ -195,9 +197,8 @@ class Dispatcher:
         while True:
             try:
                 found = 0
-                now_ms = int(time.time() * 1000)
                 for p in range(self.settings.partitions):
-                    found += await self._claim_and_send(http, p, now_ms, visibility_ms)
+                    found += await self._claim_and_send(http, p, visibility_ms)
                 if not found:
                     await asyncio.sleep(0.05)
                 if self.metrics is not None and time.monotonic() >= next_sample:
@@ -210,7 +211,7 @@ class Dispatcher:
                 await _pause_after(exc, "dispatcher.deliver_loop_failed", backoff)
 
     async def _claim_and_send(
-        self, http: aiohttp.ClientSession, partition: int, now_ms: int, visibility_ms: int
+        self, http: aiohttp.ClientSession, partition: int, visibility_ms: int
     ) -> int:
         """Claim at most as many due messages as there are free delivery slots (a claimed
         message's visibility timeout runs from the claim, so none waits for a slot), defer
@@ -219,8 +220,8 @@ class Dispatcher:
         free = await self._reserve_slots(CLAIM_BATCH)
         admitted: list[Message] = []
         try:
-            ids = await self.store.due(partition, now_ms, free)
-            claimed = await self.store.claim(partition, ids, visibility_ms) if ids else []
+            # Finding the due messages and claiming them is one script call (Redis's clock).
+            claimed = await self.store.claim_due(partition, free, visibility_ms)
             # Shares before the breaker's gate: a message that waits anyway costs no gate
             # call and takes no half-open probe.
             for message in claimed:
@@ -436,11 +437,13 @@ class Dispatcher:
             url, secrets = gate.url, gate.secrets
         # The endpoint's custom headers first: validated never to name these, and set below
         # them all the same, so they cannot override framing or signature.
-        headers = dict(gate.headers) if gate is not None else {}
-        headers.update(signed_headers(secrets, m.event_id, int(time.time()), m.payload))
+        headers = signed_headers(secrets, m.event_id, int(time.time()), m.payload)
+        if gate is not None:
+            headers = {**gate.headers, **headers}
         headers["Content-Type"] = "application/json"
         headers["User-Agent"] = "splatq-webhooks/1"
-        headers.update(tracing.traceparent_headers())  # {} unless tracing is on
+        if tracing.enabled():
+            headers.update(tracing.traceparent_headers())
         started = time.perf_counter()
         status: int | None = None
         snippet = ""

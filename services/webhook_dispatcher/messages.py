@@ -4,6 +4,7 @@ one endpoint); and the keys per-target concurrency and per-tenant shares count b
 
 from __future__ import annotations
 
+import functools
 from urllib.parse import urlsplit
 
 from splatq.services.webhook_dispatcher.policy import endpoint_wants, should_deliver
@@ -48,7 +49,13 @@ def target_key(m: Message) -> str:
     """What per-target concurrency counts: the endpoint, or the host of a job's webhook_url."""
     if m.endpoint_id:
         return m.endpoint_id
-    return "url:" + (urlsplit(m.url).netloc or m.url)
+    return _url_key(m.url)
+
+
+@functools.lru_cache(maxsize=4096)
+def _url_key(url: str) -> str:
+    # Remembered: asked several times per attempt (shares, latency), of a few URLs.
+    return "url:" + (urlsplit(url).netloc or url)
 
 
 def tenant_key(m: Message) -> str:

@@ -10,8 +10,10 @@ from splatq.shared.engine.scripts import LuaScript
 
 class WebhookScript(LuaScript):
     WH_FANOUT = "wh_fanout"
-    WH_CLAIM = "wh_claim"
-    WH_RESULT = "wh_result"
+    # Finds and claims a partition's due messages, many per call (its own compact memo).
+    WH_CLAIM_DUE = "wh_claim_due"
+    # Records many results of one partition per call (wh_result.lua's logic per message).
+    WH_RESULT_BATCH = "wh_result_batch"
     WH_REDRIVE = "wh_redrive"
     WH_SECRET_ROTATE = "wh_secret_rotate"
     WH_EP_CREATE = "wh_ep_create"
@@ -28,5 +30,6 @@ class WebhookScript(LuaScript):
 
     @property
     def replay_safe(self) -> bool:
-        # The endpoint gate is a pure compare-and-set: a resend answers the same.
-        return self is WebhookScript.WH_EP_GATE
+        # The endpoint gate is a pure compare-and-set: a resend answers the same. The claim
+        # keeps a replay memo of its own, of message ids, not payloads (wh_claim_due.lua).
+        return self in (WebhookScript.WH_EP_GATE, WebhookScript.WH_CLAIM_DUE)

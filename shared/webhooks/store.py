@@ -17,10 +17,10 @@ from redis.exceptions import ResponseError
 from splatq.shared.backoff import Backoff
 from splatq.shared.engine.backend import Backend, Role
 from splatq.shared.engine.ids import is_job_id, new_event_id
-from splatq.shared.engine.jobs import pairs_to_dict
 from splatq.shared.engine.queue_types import DeadLetter, parse_dead_letter_id
-from splatq.shared.engine.scripts import Arg, ScriptCall
+from splatq.shared.engine.scripts import Arg, ScriptCall, new_request_id
 from splatq.shared.redis.client import is_transient_reply
+from splatq.shared.redis.replay import replay_key
 from splatq.shared.webhooks.endpoints import EndpointStore, Health
 from splatq.shared.webhooks.scripts import WebhookScript
 from splatq.shared.webhooks.signing import generate_secret
@@ -35,6 +35,9 @@ DLQ_INDEX_PAGE = 1_000
 # (the message stays claimed meanwhile; past this it becomes due again after its visibility
 # timeout and is sent once more).
 RECORD_RESEND_S = 10.0
+# wh_claim_due.lua's reply: id, event_id, event_type, job_id, tenant, url, payload, target,
+# attempts, per claimed message.
+CLAIM_REPLY_STRIDE = 9
 MESSAGE_FIELDS = ("event_id", "event_type", "job_id", "tenant", "url", "payload", "target",
                   "created_ms")  # fmt: skip
 
@@ -80,6 +83,32 @@ class Recorded:
 
     status: str
     health: Health | None = None
+
+
+def _endpoint_groups(
+    results: Sequence[AttemptResult], attempts: Sequence[str]
+) -> tuple[dict[tuple[str, str], list[str]], dict[tuple[str, str], list[str]]]:
+    """Per (tenant, endpoint id): the health outcomes to fold in, in the order the results
+    finished, and the attempt records (JSON) for its attempt log."""
+    outcomes: dict[tuple[str, str], list[str]] = {}
+    logs: dict[tuple[str, str], list[str]] = {}
+    for r, attempt in zip(results, attempts, strict=True):
+        if not r.message.endpoint_id:
+            continue
+        group = (r.message.tenant, r.message.endpoint_id)
+        if r.health:
+            outcomes.setdefault(group, []).append(r.health)
+        if attempt:
+            logs.setdefault(group, []).append(attempt)
+    return outcomes, logs
+
+
+def _attempt_json(r: AttemptResult) -> str:
+    """The attempt record as logged ('' for a result that was no attempt)."""
+    if r.attempt is None:
+        return ""
+    # orjson takes a dict, not any Mapping: the dispatcher's records are dicts already.
+    return orjson.dumps(r.attempt if type(r.attempt) is dict else dict(r.attempt)).decode()
 
 
 def _target_of(dead_letter: Mapping[str, str]) -> str:
@@ -219,90 +248,86 @@ class WebhookStore:
         )  # fmt: skip
         return event_id
 
-    async def due(self, partition: int, now_ms: int, limit: int) -> list[str]:
-        members = await self.redis.zrangebyscore(
-            self.keys.webhook_due(partition), "-inf", now_ms, start=0, num=limit
-        )
-        return [str(m) for m in members]
-
-    async def claim(
-        self, partition: int, message_ids: Sequence[str], visibility_ms: int
-    ) -> list[Message]:
-        calls = [
+    async def claim_due(self, partition: int, most: int, visibility_ms: int) -> list[Message]:
+        """Claim up to `most` of the partition's due messages for one attempt each, in one
+        script call (wh_claim_due.lua: the due-time and status checks, the visibility timeout,
+        the attempt count), oldest due first. A lost reply is resent by the client with the
+        same request id, and the script's own memo answers it with the same messages."""
+        request_id = new_request_id()
+        due = self.keys.webhook_due(partition)
+        reply = await self.scripts.run(
             ScriptCall(
-                WebhookScript.WH_CLAIM,
-                [self.keys.webhook_due(partition), self.keys.webhook_message(partition, mid)],
-                [mid, visibility_ms],
+                WebhookScript.WH_CLAIM_DUE,
+                [due, replay_key(due, request_id)],
+                [most, visibility_ms, self.settings.script_replay_ttl_ms],
+                request_id,
             )
-            for mid in message_ids
-        ]
-        out: list[Message] = []
-        for mid, reply in zip(message_ids, await self.scripts.run_many(calls), strict=True):
-            if isinstance(reply, Exception):
-                raise reply
-            if reply[0] != "claimed":
-                continue
-            f = pairs_to_dict(reply[1:])
-            out.append(
-                Message(
-                    mid,
-                    partition,
-                    f["event_id"],
-                    f["event_type"],
-                    f["job_id"],
-                    f["tenant"],
-                    f["url"],
-                    f["payload"].encode(),
-                    int(f["attempts"]),
-                    f.get("target") or "job",
-                )
+        )
+        if isinstance(reply, Exception):
+            raise reply
+        return [
+            Message(
+                reply[i], partition, reply[i + 1], reply[i + 2], reply[i + 3], reply[i + 4],
+                reply[i + 5], reply[i + 6].encode(), int(reply[i + 8]), reply[i + 7] or "job",
             )
-        return out
+            for i in range(0, len(reply), CLAIM_REPLY_STRIDE)
+        ]  # fmt: skip
 
     async def record_many(self, results: Sequence[AttemptResult]) -> list[Recorded | Exception]:
-        """Record many results in one round trip: each message's new state, and for messages
-        to endpoints the endpoint's new health (or the error)."""
-        calls: list[ScriptCall] = []
-        logs: dict[tuple[str, str], list[str]] = {}
-        for r in results:
-            p = r.message.partition
-            attempt = orjson.dumps(dict(r.attempt)).decode() if r.attempt is not None else ""
-            of_job = is_job_id(r.message.job_id)
-            job_log = (self.keys.job_deliveries(r.message.job_id) if of_job
-                       else self.keys.webhook_message(p, r.message.id))  # fmt: skip
-            calls.append(ScriptCall(
-                WebhookScript.WH_RESULT,
-                [self.keys.webhook_due(p), self.keys.webhook_message(p, r.message.id),
-                 job_log, self.keys.webhook_dead_letters(p),
-                 self.keys.webhook_dead_letter_index(p, r.message.tenant, r.message.target)],
-                [r.message.id, r.outcome, r.delay_ms, attempt, LOG_CAP,
-                 self.settings.dlq_maxlen, self.settings.job_retention_ms, r.code, r.reason,
-                 "1" if of_job else "0"],
-            ))  # fmt: skip
-            if attempt and r.message.endpoint_id:
-                logs.setdefault((r.message.tenant, r.message.endpoint_id), []).append(attempt)
-        # One health update per endpoint, folding its results in the order they finished.
-        outcomes: dict[tuple[str, str], list[str]] = {}
-        for r in results:
-            if r.health and r.message.endpoint_id:
-                outcomes.setdefault((r.message.tenant, r.message.endpoint_id), []).append(r.health)
+        """Record many results in one round trip: one script call per partition
+        (wh_result_batch.lua), then each endpoint's health and attempt log; answer each
+        message's new state, and for messages to endpoints the endpoint's new health (or
+        the error, for that message alone)."""
+        by_partition: dict[int, list[int]] = {}
+        for i, r in enumerate(results):
+            by_partition.setdefault(r.message.partition, []).append(i)
+        attempts = [_attempt_json(r) for r in results]
+        calls = [self._result_call(p, [(results[i], attempts[i]) for i in indices])
+                 for p, indices in by_partition.items()]  # fmt: skip
+        outcomes, logs = _endpoint_groups(results, attempts)
         calls.extend(self.endpoints.health_call(t, e, o) for (t, e), o in outcomes.items())
         # The endpoints' attempt logs last: their replies are not read.
         calls.extend(self.endpoints.log_call(t, e, a) for (t, e), a in logs.items())
         replies = await self._run_until_answered(calls, RECORD_RESEND_S)
+        statuses: list[Any] = [None] * len(results)
+        for indices, reply in zip(by_partition.values(), replies, strict=False):
+            for n, i in enumerate(indices):
+                # A whole call's error (the batch did not run) is each of its messages' error.
+                statuses[i] = reply if isinstance(reply, Exception) else reply[n]
         health: dict[tuple[str, str], Health] = {}
-        health_replies = replies[len(results) : len(results) + len(outcomes)]
+        health_replies = replies[len(by_partition) : len(by_partition) + len(outcomes)]
         for group, reply in zip(outcomes, health_replies, strict=True):
             if not isinstance(reply, Exception):
                 health[group] = EndpointStore.parse_health(reply)
         out: list[Recorded | Exception] = []
-        for r, status in zip(results, replies, strict=False):
+        for r, status in zip(results, statuses, strict=True):
             if isinstance(status, Exception):
                 out.append(status)
+            elif isinstance(status, list):  # {'error', why}: this message's Lua error alone
+                out.append(ResponseError(f"wh_result: {status[1] if len(status) > 1 else ''}"))
             else:
                 group = (r.message.tenant, r.message.endpoint_id)
                 out.append(Recorded(str(status), health.get(group) if r.health else None))
         return out
+
+    def _result_call(
+        self, partition: int, results: Sequence[tuple[AttemptResult, str]]
+    ) -> ScriptCall:
+        """wh_result_batch.lua's call for results of one partition (one slot), each with its
+        attempt record's JSON."""
+        keys = [self.keys.webhook_due(partition), self.keys.webhook_dead_letters(partition)]
+        s = self.settings
+        args: list[Arg] = [LOG_CAP, s.dlq_maxlen, s.job_retention_ms]
+        for r, attempt in results:
+            m = r.message
+            msg_key = self.keys.webhook_message(partition, m.id)
+            of_job = is_job_id(m.job_id)
+            job_log = self.keys.job_deliveries(m.job_id) if of_job else msg_key
+            index = self.keys.webhook_dead_letter_index(partition, m.tenant, m.target)
+            keys += (msg_key, job_log, index)
+            args += (m.id, r.outcome, r.delay_ms, attempt, r.code, r.reason,
+                     "1" if of_job else "0")  # fmt: skip
+        return ScriptCall(WebhookScript.WH_RESULT_BATCH, keys, args)
 
     async def _run_until_answered(self, calls: Sequence[ScriptCall], budget_s: float) -> list[Any]:
         """run_many, resending the very same calls (same request ids: the replay memo

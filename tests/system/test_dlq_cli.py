@@ -131,7 +131,7 @@ async def _dead_letter_a_webhook_message(queue: JobQueue, code: str) -> str:
               "job_id": job_id, "tenant": "acme", "url": "https://93.184.216.34/h",
               "payload": "{}", "target": "job", "created_ms": "1"}  # fmt: skip
     await store.fan_out(0, [("0-1", [fields])])
-    [message] = await store.claim(0, [message_id], 60_000)
+    [message] = await store.claim_due(0, 1, 60_000)
     [recorded] = await store.record_many(
         [
             AttemptResult(

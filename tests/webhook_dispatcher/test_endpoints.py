@@ -355,7 +355,7 @@ async def test_every_webhook_script_call_stays_in_one_cluster_slot(
     await store.recover("acme", ep.id, 0)
     await store.delete("acme", ep.id)
     scripts = {name for name, _ in seen}
-    assert {"wh_fanout", "wh_claim", "wh_result", "wh_ep_gate", "wh_ep_health",
+    assert {"wh_fanout", "wh_claim_due", "wh_result_batch", "wh_ep_gate", "wh_ep_health",
             "wh_ep_create", "wh_ep_rotate", "wh_ep_update", "wh_ep_delete",
             "wh_ep_log"} <= scripts  # fmt: skip
     for name, keys in seen:
@@ -438,7 +438,7 @@ async def _dead_letter(queue: JobQueue, event_id: str, tenant: str, target: str)
               "job_id": "job_000" + "0" * 26, "tenant": tenant, "url": "", "payload": "{}",
               "target": target, "created_ms": "1"}  # fmt: skip
     await store.fan_out(0, [("0-1", [fields])])
-    [message] = await store.claim(0, [message_id], 60_000)
+    [message] = await store.claim_due(0, 1, 60_000)
     await store.record_many([AttemptResult(message, "failed", 0, {}, "x", code="exhausted")])
 
 

@@ -11,6 +11,8 @@
 --       6 dead-letter maxlen, 7 retention ms, 8 reason code, 9 reason detail,
 --       10 '0' when the message belongs to no job (a test event: KEYS[3] is then unused)
 -- Returns the message's new status
+-- Not registered as a script of its own: wh_result_batch.lua runs it once per message
+-- (`--@include wh_result as result_one`), with these KEYS and ARGV built per message.
 local MESSAGE_LOG_CAP = 20
 local now = now_ms()
 local outcome = ARGV[2]
