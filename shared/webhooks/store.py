@@ -249,17 +249,27 @@ class WebhookStore:
         return event_id
 
     async def claim_due(self, partition: int, most: int, visibility_ms: int) -> list[Message]:
-        """Claim up to `most` of the partition's due messages for one attempt each, in one
-        script call (wh_claim_due.lua: the due-time and status checks, the visibility timeout,
-        the attempt count), oldest due first. A lost reply is resent by the client with the
-        same request id, and the script's own memo answers it with the same messages."""
-        request_id = new_request_id()
+        """Claim up to `most` of the partition's due messages for one attempt each, oldest
+        due first: the candidates read from the due set, then one script call
+        (wh_claim_due.lua: the due-time and status checks, the visibility timeout, the
+        attempt count) with their hashes declared, so a slot in migration is refused, not
+        misread. A lost reply is resent by the client with the same request id, and the
+        script's own memo answers it with the same messages."""
         due = self.keys.webhook_due(partition)
+        now_ms = int(time.time() * 1000)
+        ids = [str(m) for m in await self.redis.zrangebyscore(due, "-inf", now_ms, 0, most)]
+        if not ids:
+            return []
+        request_id = new_request_id()
         reply = await self.scripts.run(
             ScriptCall(
                 WebhookScript.WH_CLAIM_DUE,
-                [due, replay_key(due, request_id)],
-                [most, visibility_ms, self.settings.script_replay_ttl_ms],
+                [
+                    due,
+                    replay_key(due, request_id),
+                    *(self.keys.webhook_message(partition, i) for i in ids),
+                ],
+                [visibility_ms, self.settings.script_replay_ttl_ms, *ids],
                 request_id,
             )
         )

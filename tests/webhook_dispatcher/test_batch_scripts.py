@@ -95,7 +95,7 @@ async def test_a_resent_claim_call_answers_alike_and_changes_nothing(
     from the memo -- even with more messages due meanwhile -- and writes nothing."""
     ids = await _messages(queue, 2)
     store = WebhookStore(queue)
-    call = _claim_call(store, most=5)
+    call = await _claim_call(store, most=5)
     first = await store.scripts.run(call)
     before = await _state(redis, queue, ids)
     more = await _messages(queue, 4)  # 2 more messages (ids 0002, 0003), due now
@@ -106,15 +106,34 @@ async def test_a_resent_claim_call_answers_alike_and_changes_nothing(
     assert [m.id for m in await store.claim_due(0, 10, 60_000)] == more[2:]
 
 
-def _claim_call(store: WebhookStore, most: int) -> ScriptCall:
+async def _claim_call(store: WebhookStore, most: int) -> ScriptCall:
+    """wh_claim_due's call as claim_due makes it: the due candidates read first, their
+    hashes declared."""
     request_id = new_request_id()
     due = store.keys.webhook_due(0)
+    ids = [str(i) for i in await store.redis.zrangebyscore(due, "-inf", "+inf", 0, most)]
     return ScriptCall(
         WebhookScript.WH_CLAIM_DUE,
-        [due, replay_key(due, request_id)],
-        [most, 60_000, 60_000],
+        [due, replay_key(due, request_id), *(store.keys.webhook_message(0, i) for i in ids)],
+        [60_000, 60_000, *ids],
         request_id,
     )
+
+
+async def test_a_candidate_claimed_meanwhile_is_left_to_its_claimer(
+    queue: JobQueue, redis: Redis
+) -> None:
+    """Between claim_due's read of the due set and its script, another dispatcher claimed
+    the same messages: the late call claims nothing, counts no attempt and keeps them in the
+    due set (due again after the other's visibility timeout)."""
+    ids = await _messages(queue, 2)
+    store = WebhookStore(queue)
+    late = await _claim_call(store, most=5)
+    assert [m.id for m in await store.claim_due(0, 5, 60_000)] == ids
+    before = await _state(redis, queue, ids)
+    assert await store.scripts.run(late) == []
+    assert await _state(redis, queue, ids) == before
+    assert set(await redis.zrange(store.keys.webhook_due(0), 0, -1)) == set(ids)
 
 
 def _results(messages: list[Message]) -> list[AttemptResult]:

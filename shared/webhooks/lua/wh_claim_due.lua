@@ -1,13 +1,16 @@
--- wh_claim_due: find the partition's due messages and claim up to ARGV[1] of them, each for
--- one delivery attempt, in one call. A claimed message's due time moves past the attempt
+-- wh_claim_due: claim up to N of a partition's due messages, each for one delivery attempt,
+-- in one call; the caller read the candidates from the due set just before (ZRANGEBYSCORE)
+-- and names their hashes in KEYS. A claimed message's due time moves past the attempt
 -- timeout (a visibility timeout): a dispatcher killed mid-attempt leaves it due again
--- afterwards, so it is delivered at least once. A member whose message is no longer pending
+-- afterwards, so it is delivered at least once. A candidate no longer due (another
+-- dispatcher claimed it meanwhile) is left alone; one whose message is no longer pending
 -- (recorded meanwhile, or expired) leaves the due set unclaimed.
--- KEYS (one slot {pN}): 1 due zset (`<tag>:wh:due`), 2 this call's replay memo.
---   Also touches each claimed message's hash `<tag>:wh:msg:<id>`, built here from KEYS[1]
---   (its `due` suffix replaced by `msg:<id>`, as shared/engine/keys.py names it): the same
---   {pN} tag, so the same slot (Redis Cluster allows a script undeclared keys of its own slot).
--- ARGV: 1 most messages to claim, 2 visibility ms, 3 memo TTL ms
+-- KEYS (one slot {pN}): 1 due zset (`<tag>:wh:due`), 2 this call's replay memo, 3.. the
+--   candidates' message hashes, in ARGV's order. Declared, not built here: while the slot
+--   migrates (Redis Cluster resharding) a hash already moved makes Redis refuse the call
+--   (TRYAGAIN, retried by the delivery loop) instead of the script reading it as gone and
+--   dropping a pending message from the due set.
+-- ARGV: 1 visibility ms, 2 memo TTL ms, 3.. the candidates' message ids
 -- Returns a flat array, 9 items per claimed message: id, event_id, event_type, job_id,
 --   tenant, url, payload, target, attempts (after this claim) -- what the dispatcher sends,
 --   not the whole hash.
@@ -20,7 +23,8 @@
 -- TTL) could hand out messages another dispatcher has claimed again meanwhile: the duplicate
 -- attempt that a visibility timeout always allows (at-least-once; the first final result
 -- wins in wh_result.lua).
-local base = string.sub(KEYS[1], 1, -4) .. 'msg:'
+local key_of = {}
+for i = 3, #ARGV do key_of[ARGV[i]] = KEYS[i] end
 local FIELDS = {'event_id', 'event_type', 'job_id', 'tenant', 'url', 'payload', 'target'}
 
 -- Appends one message's 9 reply items, from `f` = HMGET of 'status' then FIELDS.
@@ -34,31 +38,33 @@ local out = {}
 local prior = redis.call('GET', KEYS[2])
 if prior then
   for id, attempts in string.gmatch(prior, '([^\n]*) (%d+)\n') do
-    local f = redis.call('HMGET', base .. id, 'status', unpack(FIELDS))
+    local f = redis.call('HMGET', key_of[id], 'status', unpack(FIELDS))
     if f[2] then answer(out, id, f, tonumber(attempts)) end  -- else gone (expired)
   end
   return out
 end
 
 local now = now_ms()
-local until_ms = now + tonumber(ARGV[2])
+local until_ms = now + tonumber(ARGV[1])
 local memo = {}
-local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, tonumber(ARGV[1]))
-for _, id in ipairs(due) do
-  local key = base .. id
-  -- The status and the fields to send in one read: a claimed message's fields do not change
-  -- (fan-out writes them once), so reading them before the claim's writes is the same.
-  local f = redis.call('HMGET', key, 'status', unpack(FIELDS))
-  if f[1] ~= 'pending' then
-    redis.call('ZREM', KEYS[1], id)
-  else
-    redis.call('ZADD', KEYS[1], until_ms, id)
-    local attempts = redis.call('HINCRBY', key, 'attempts', 1)
-    answer(out, id, f, attempts)
-    memo[#memo + 1] = id .. ' ' .. attempts .. '\n'
+for i = 3, #ARGV do
+  local id, key = ARGV[i], KEYS[i]
+  local score = tonumber(redis.call('ZSCORE', KEYS[1], id))
+  if score and score <= now then
+    -- The status and the fields to send in one read: a claimed message's fields do not
+    -- change (fan-out writes them once), so reading them before the claim's writes is the same.
+    local f = redis.call('HMGET', key, 'status', unpack(FIELDS))
+    if f[1] ~= 'pending' then
+      redis.call('ZREM', KEYS[1], id)
+    else
+      redis.call('ZADD', KEYS[1], until_ms, id)
+      local attempts = redis.call('HINCRBY', key, 'attempts', 1)
+      answer(out, id, f, attempts)
+      memo[#memo + 1] = id .. ' ' .. attempts .. '\n'
+    end
   end
 end
 if #memo > 0 then
-  redis.call('SET', KEYS[2], table.concat(memo), 'PX', ARGV[3])
+  redis.call('SET', KEYS[2], table.concat(memo), 'PX', ARGV[2])
 end
 return out
