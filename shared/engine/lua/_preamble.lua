@@ -105,6 +105,16 @@ local function emit(events_key, maxlen, job_key, event_id, name, extra, known, n
   wake_watchers(job_key, f[5], now)
 end
 
+-- One member of a batch script (finish_batch, wh_result_batch): `fn(keys, args)`'s reply, or
+-- {'error', why} when it raised, so that the batch's other members still commit (a member's
+-- writes made before its error stay, as with any script error).
+local function batch_member(fn, keys, args)
+  local ok, reply = pcall(fn, keys, args)
+  if ok then return reply end
+  local why = type(reply) == 'table' and (reply.err or reply.message) or tostring(reply)
+  return {'error', tostring(why)}
+end
+
 -- Acked entries are deleted at once: XACK alone leaves them in the stream forever.
 local function ack(stream, group, entry_id)
   redis.call('XACK', stream, group, entry_id)

@@ -18,12 +18,6 @@ for counts in string.gmatch(ARGV[1], '[^;]+') do
   for i = 1, nk do keys[i] = KEYS[k + i] end
   for i = 1, na do args[i] = ARGV[a + i] end
   k, a = k + nk, a + na
-  local ok, reply = pcall(finish_one, keys, args)
-  if ok then
-    out[#out + 1] = reply
-  else
-    local why = type(reply) == 'table' and (reply.err or reply.message) or tostring(reply)
-    out[#out + 1] = {'error', tostring(why)}
-  end
+  out[#out + 1] = batch_member(finish_one, keys, args)
 end
 return out

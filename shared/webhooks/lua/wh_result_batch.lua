@@ -23,12 +23,6 @@ for i = 0, n - 1 do
   local keys = {KEYS[1], KEYS[k + 1], KEYS[k + 2], KEYS[2], KEYS[k + 3]}
   local args = {ARGV[a + 1], ARGV[a + 2], ARGV[a + 3], ARGV[a + 4], ARGV[1], ARGV[2], ARGV[3],
     ARGV[a + 5], ARGV[a + 6], ARGV[a + 7]}
-  local ok, reply = pcall(result_one, keys, args)
-  if ok then
-    out[#out + 1] = reply
-  else
-    local why = type(reply) == 'table' and (reply.err or reply.message) or tostring(reply)
-    out[#out + 1] = {'error', tostring(why)}
-  end
+  out[#out + 1] = batch_member(result_one, keys, args)
 end
 return out
