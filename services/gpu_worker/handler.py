@@ -37,6 +37,7 @@ from splatq.services.gpu_worker.oom import (
 )
 from splatq.services.gpu_worker.remote.backend import RemoteModel
 from splatq.services.gpu_worker.renderer import flush_denormals_in_this_thread
+from splatq.shared.engine.artifact_refs import job_artifact_path
 from splatq.shared.engine.cpu_priority import ClassExecutors
 from splatq.shared.engine.job_context import JobContext
 from splatq.shared.engine.jobs import JobOutcome
@@ -78,7 +79,8 @@ def select_device(setting: str) -> torch.device:
 
 
 def artifact_url(base_url: str, job_id: str, name: str) -> str:
-    return f"{base_url}/v1/jobs/{job_id}/artifacts/{name}"
+    # The path the record's compact form assumes (shared/engine/artifact_refs.py).
+    return base_url + job_artifact_path(job_id) + name
 
 
 def quick_artifact_url(base_url: str, job_id: str, name: str) -> str:

@@ -16,7 +16,7 @@ from splatq.shared.engine.jobs import JobSpec
 from splatq.shared.engine.keys import StreamName
 from splatq.shared.engine.metering import UNIT_DIGEST_CHARS
 from splatq.shared.engine.queue import Advance, JobQueue
-from splatq.shared.engine.scripts import Script
+from splatq.shared.engine.scripts import Script, ScriptCall
 from splatq.shared.engine.stages import PIPELINE, PipelineStage, StageStatus
 from splatq.shared.maintenance.audit import AuditAction, AuditRecord
 from splatq.shared.maintenance.deadletters import DeadLetterBook
@@ -82,6 +82,18 @@ async def test_every_stage_runs_once_in_order_and_publish_completes(
     for stage in PIPELINE[:-1]:
         digest = before[stage].digest[:UNIT_DIGEST_CHARS]
         assert after[stage] == replace(before[stage], outputs={}, digest=digest)
+    # A resend of the cleanup's commit (a lost reply) changes no record again.
+    key = queue.keys.job(job_id)
+    recorded = await redis.hgetall(key)
+    cleanup_stream = queue.for_stage(PipelineStage.CLEANUP).keys.stream(0, StreamName.INTERACTIVE)
+    await queue.scripts.run(
+        ScriptCall(
+            Script.CLEANUP_DONE,
+            [key, cleanup_stream],
+            [queue.group, "0-1", recorded["ps.cleanup"], UNIT_DIGEST_CHARS],
+        )
+    )
+    assert await redis.hgetall(key) == recorded
 
 
 async def test_a_failure_after_the_work_reuses_its_outputs_on_retry(
