@@ -47,7 +47,7 @@ async def run(n_jobs: int, concurrencies: list[int], rounds: int, only: str) -> 
                         print(
                             f"round {r + 1} c={concurrency}: {m.name:<44} "
                             f"{m.steady_per_s:>8,.0f} jobs/s  redis {m.redis_cpu_us_per_job:5.0f} "
-                            "µs/job"
+                            f"µs/job  worker {m.worker_cpu_us_per_job:5.0f} µs/job"
                         )
         finally:
             await server.stop()
@@ -109,6 +109,15 @@ def _report(concurrency: int, results: dict[str, list[Measurement]]) -> None:
             f"\nper stage hop (staged drain less whole-job drain, over "
             f"{splatq_staged_noop.HOPS} hops; the cleanup stage's run included): {hop:.1f} µs"
         )
+    print(
+        "\nthe worker process's own CPU per job (user + system, its whole session, from the "
+        "first finished job to the last) and the throughput that alone allows one process "
+        "(1 s / that):\n"
+    )
+    for name, ms in results.items():
+        cpu = _median(ms, "worker_cpu_us_per_job")
+        bound = f"{1e6 / cpu:>9,.0f} jobs/s" if cpu else "-"
+        print(f"  {name:<44} {cpu:>7.1f} µs/job   bound {bound}")
     print("\nenqueue rate (64 producers in one process):\n")
     for name, ms in results.items():
         print(f"  {name:<44} {_median(ms, 'enqueue_per_s'):>9,.0f} jobs/s")

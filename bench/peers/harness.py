@@ -60,6 +60,10 @@ class Measurement:
     # INFO commandstats per phase: command -> (calls per job, usec per job)
     enqueue_commands: dict[str, tuple[float, float]] = field(default_factory=dict)
     drain_commands: dict[str, tuple[float, float]] = field(default_factory=dict)
+    # The worker's own CPU (every process of its session: user + system, /proc) from the first
+    # finished job to the last, per job finished in that window: what bounds one worker
+    # process's throughput (1 s of CPU / this), start-up excluded.
+    worker_cpu_us_per_job: float = 0.0
 
 
 async def _redis_cpu_s(redis_url: str) -> float:
@@ -72,6 +76,27 @@ async def _redis_cpu_s(redis_url: str) -> float:
         return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
     finally:
         await client.aclose()
+
+
+def _session_cpu_s(sid: int) -> float:
+    """User + system CPU seconds of the live processes of session `sid` (Linux /proc), with
+    what their waited-for children used: a worker manager's child counts with it."""
+    tick = os.sysconf("SC_CLK_TCK")
+    total = 0
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as f:
+                raw = f.read()
+        except OSError:
+            continue  # gone meanwhile
+        # the command name may hold spaces: the fields start after its closing parenthesis
+        fields = raw[raw.rindex(b")") + 2 :].split()
+        if int(fields[3]) != sid:  # field 6, the session id
+            continue
+        total += sum(int(v) for v in fields[11:15])  # utime stime cutime cstime
+    return total / tick
 
 
 async def _redis_memory(redis_url: str) -> int:
@@ -168,13 +193,16 @@ async def check(
     )
     spawned = time.perf_counter()
     first: tuple[float, int] | None = None  # (time, remaining) at the first observed progress
+    worker_cpu0 = worker_cpu_end = 0.0
     try:
         while True:
             left = await peer.remaining(redis_url)
             now = time.perf_counter()
             if first is None and left < n_jobs:
                 first = (now, left)
+                worker_cpu0 = _session_cpu_s(proc.pid)
             if left == 0:
+                worker_cpu_end = _session_cpu_s(proc.pid)
                 cpu_end = await _redis_cpu_s(redis_url)
                 cpu_s = cpu_end - cpu0
                 drain_commands = _per_job(await _command_stats(redis_url, reset=False), n_jobs)
@@ -214,6 +242,9 @@ async def check(
         bounded_bytes_per_job=bounded,
         enqueue_commands=enqueue_commands,
         drain_commands=drain_commands,
+        worker_cpu_us_per_job=(
+            (worker_cpu_end - worker_cpu0) * 1e6 / first[1] if first[1] else 0.0
+        ),
     )
 
 

@@ -197,10 +197,41 @@ def parse_dead_letter_id(dlq_id: str) -> tuple[int, str]:
 
 
 def parse_job_reply(flat: list[str]) -> tuple[JobRecord | None, str]:
-    """A started job's hash, or why it cannot be read (the worker then fails that job alone)."""
+    """A job's hash as a script's flat reply (numbers may come as integers), or why it
+    cannot be read."""
+    return parse_job_reply_dict(pairs_to_dict([str(v) for v in flat]))
+
+
+@dataclass(frozen=True, slots=True)
+class StartedRecord:
+    """A just-started job's record as its worker read it (Runs.read_started): outcome
+    `started` (with the job), `corrupt` (unreadable: detail says why), `busy` (the record's
+    lease token is no longer the run's) or `error` (the read's error reply)."""
+
+    outcome: str
+    job: JobRecord | None = None
+    detail: str = ""
+    raw: Mapping[str, str] = field(default_factory=dict)
+
+
+def started_record(job_id: str, token: str, reply: Any) -> StartedRecord:
+    """`reply` (an HGETALL's, or its error) read after the start of `job_id` under `token`."""
+    if isinstance(reply, Exception):
+        return StartedRecord("error", detail=f"{type(reply).__name__}: {reply}"[:500])
+    raw: dict[str, str] = reply
+    if raw and raw.get("lease_token") != token:
+        return StartedRecord("busy", detail="another run holds the job now", raw=raw)
+    job, problem = parse_job_reply_dict(raw)
+    if job is None:
+        return StartedRecord("corrupt", detail=problem, raw=raw)
+    return StartedRecord("started", job, raw=raw)
+
+
+def parse_job_reply_dict(raw: Mapping[str, str]) -> tuple[JobRecord | None, str]:
+    """A job's hash (HGETALL), or why it cannot be read (the worker then fails that job
+    alone)."""
     try:
-        # A reply a script built (not read back) carries numbers as integers.
-        return JobRecord.from_hash(pairs_to_dict([str(v) for v in flat])), ""
+        return JobRecord.from_hash(raw), ""
     except (KeyError, ValueError, TypeError) as exc:
         return None, f"unreadable job record: {type(exc).__name__}: {exc}"[:500]
 

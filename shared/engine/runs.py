@@ -3,14 +3,18 @@ finish them, advance a staged job to its next stage, announce, meter and note.""
 
 from __future__ import annotations
 
+import asyncio
 import random
 import secrets
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import orjson
+from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from splatq.shared.backoff import Backoff
 from splatq.shared.engine import events
 from splatq.shared.engine.backend import Role
 from splatq.shared.engine.events import EventType
@@ -23,12 +27,13 @@ from splatq.shared.engine.queue_types import (
     RENEW_UNKNOWN,
     Advance,
     Finish,
+    StartedRecord,
     StartResult,
     StreamEntry,
     Taken,
     delayed_member,
-    parse_job_reply,
     raise_on_error,
+    started_record,
 )
 from splatq.shared.engine.replies import Reply
 from splatq.shared.engine.scripts import Arg, Script, ScriptCall, new_request_id
@@ -77,8 +82,15 @@ class Runs(Role):
                     ],
                 )
             )
+        replies = await self.scripts.run_many(calls, resend_for_s)
+        started = [
+            (entry.fields["job"], token)
+            for entry, token, reply in zip(entries, tokens, replies, strict=True)
+            if not isinstance(reply, Exception) and str(reply[0]) == Reply.STARTED
+        ]
+        records = iter(await self.read_started(started, resend_for_s))
         results: list[StartResult] = []
-        for reply in await self.scripts.run_many(calls, resend_for_s):
+        for reply in replies:
             if isinstance(reply, Exception):
                 # An error reply (OOM, READONLY, a script error) concerns this entry alone:
                 # it stays pending and the reaper offers it again later.
@@ -86,11 +98,41 @@ class Runs(Role):
                 continue
             outcome = str(reply[0])
             if outcome == Reply.STARTED:
-                job, problem = parse_job_reply(reply[1:])
-                results.append(StartResult("started" if job else "corrupt", job, problem))
+                read = next(records)
+                results.append(StartResult(read.outcome, read.job, read.detail))
             else:
                 results.append(StartResult(outcome, detail=str(reply[1]) if len(reply) > 1 else ""))
         return results
+
+    async def read_started(
+        self, started: Sequence[tuple[str, str]], resend_for_s: float = 0.0
+    ) -> list[StartedRecord]:
+        """The records of jobs this worker has just started ((job id, lease token) each), in
+        one round trip: the start scripts answer no record (shipping it through Lua cost Redis
+        several times a plain HGETALL). A read, so resent as it is on a connection error for
+        `resend_for_s`. A record whose `lease_token` is no longer the run's (another worker
+        took the job over in between: a stall past the lease) reads as `busy`, one that
+        cannot be parsed as `corrupt`, an error reply for one read as `error`."""
+        if not started:
+            return []
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + resend_for_s
+        backoff = Backoff()
+        while True:
+            pipe = self.redis.pipeline(transaction=False)
+            for job_id, _ in started:
+                pipe.hgetall(self.keys.job(job_id))
+            try:
+                replies = await pipe.execute(raise_on_error=False)
+                break
+            except (RedisConnectionError, RedisTimeoutError, OSError):
+                if loop.time() + backoff.delay_s > deadline:
+                    raise
+                await backoff.sleep()
+        return [
+            started_record(job_id, token, reply)
+            for (job_id, token), reply in zip(started, replies, strict=True)
+        ]
 
     async def take(
         self,
@@ -146,24 +188,30 @@ class Runs(Role):
             resend_for_s,
         )
         raise_on_error(reply)
+        records = iter(
+            await self.read_started(
+                [
+                    (str(payload[0]), nonce + entry_id)
+                    for _, entry_id, outcome, payload in reply
+                    if outcome == Reply.STARTED
+                ],
+                resend_for_s,
+            )
+        )
         taken: list[Taken] = []
         for stream_name, entry_id, outcome, payload in reply:
             stream = StreamName(stream_name)
             if outcome == Reply.HELD:
                 taken.append(Taken(StreamEntry(partition, stream, "", {}), outcome))
             elif outcome == Reply.STARTED:
-                job, problem = parse_job_reply(payload)
-                raw = pairs_to_dict(payload)
+                read = next(records)
                 entry = StreamEntry(
                     partition,
                     stream,
                     entry_id,
-                    {"job": raw["id"], "claim": raw.get("claim_key", "")},
+                    {"job": str(payload[0]), "claim": read.raw.get("claim_key", "")},
                 )
-                if job is None:
-                    taken.append(Taken(entry, "corrupt", None, nonce + entry_id, problem))
-                else:
-                    taken.append(Taken(entry, outcome, job, nonce + entry_id))
+                taken.append(Taken(entry, read.outcome, read.job, nonce + entry_id, read.detail))
             elif outcome == Reply.RAW:
                 taken.append(
                     Taken(StreamEntry(partition, stream, entry_id, pairs_to_dict(payload)), outcome)

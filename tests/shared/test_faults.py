@@ -81,6 +81,45 @@ async def test_take_whose_reply_is_lost_hands_over_the_started_job(
     assert await proxied.redis.get(proxied.keys.lease(result.job_id)) == taken[0].token
 
 
+async def test_take_whose_record_read_loses_its_reply_reads_it_again(
+    proxied: JobQueue, proxy: FaultProxy
+) -> None:
+    """take answers no record: the worker reads each started job's record itself (HGETALL).
+    That read's reply is lost: it is read again, and the run is handed over once, with the
+    record the start wrote (processing, its lease token, the attempt counted once)."""
+    result = await proxied.enqueue(spec())
+    proxy.lose_reply_after(b"HGETALL")
+    taken = await proxied.take(0, {StreamName.INTERACTIVE: 1}, 0, "c1", resend_for_s=5)
+    assert proxy.lost_replies == 1
+    assert [t.outcome for t in taken] == ["started"]
+    job = taken[0].job
+    assert job is not None
+    assert job.id == result.job_id
+    assert job.status.value == "processing"
+    assert job.attempts == 1
+    assert await proxied.redis.hget(proxied.keys.job(job.id), "lease_token") == taken[0].token
+
+
+async def test_a_record_taken_over_before_its_read_is_not_handed_over(
+    queue: JobQueue, redis: Redis
+) -> None:
+    """Between the start script's reply and the worker's read of the record, another run took
+    the job over (a stall past the lease): the read sees another lease token and answers
+    `busy`, so the worker does not run a job it no longer holds; an unreadable record answers
+    `corrupt` (failed alone), and the run's own record `started`."""
+    ids = [(await queue.enqueue(spec(n=i))).job_id for i in range(3)]
+    taken = await queue.take(0, {StreamName.INTERACTIVE: 3}, 0, "c1")
+    assert [t.outcome for t in taken] == ["started"] * 3
+    by_id = {t.entry.fields["job"]: t for t in taken}
+    await redis.hset(queue.keys.job(ids[0]), "lease_token", "another-run")
+    await redis.hset(queue.keys.job(ids[1]), "attempts", "x")
+    reads = await queue.read_started([(i, by_id[i].token) for i in ids])
+    assert [r.outcome for r in reads] == ["busy", "corrupt", "started"]
+    assert reads[1].detail.startswith("unreadable job record")
+    assert reads[2].job is not None
+    assert reads[2].job.id == ids[2]
+
+
 async def test_take_that_fed_jobs_and_lost_its_reply_feeds_them_once(
     proxied: JobQueue, proxy: FaultProxy
 ) -> None:

@@ -508,26 +508,32 @@ local function record_problem(status, attempts, deliveries)
   return nil
 end
 
--- Start one delivered entry (of pipeline stage `pipeline_stage`, '' for a whole job): fence it with a lease, move the job to processing, count the
--- delivery and the attempt, append the `started` event. Shared by start.lua (keys declared
--- by the caller) and take.lua (keys derived from the entry under the same {pN} tag).
+-- Start one delivered entry (of pipeline stage `pipeline_stage`, '' for a whole job): fence
+-- it with a lease, move the job to processing, count the delivery and the attempt, append the
+-- `started` event. Shared by start.lua (keys declared by the caller) and take.lua (keys
+-- derived from the entry under the same {pN} tag).
 -- The lease token is written to the job hash too (`lease_token`): that field, not the lease
 -- key's TTL, is the fence every later write of this run checks, so a holder whose lease key
 -- lapsed while nobody else took the job may renew it and commit (see renew.lua).
--- Returns {'started', flat job hash...} | {'unknown'} | {'skip', status} | {'stale'} |
---         {'busy'} | {'dead_lettered', detail} (a corrupt record, failed and dead-lettered)
+-- Reads only the fields it checks or emits (START_FIELDS), and answers no record: the caller
+-- reads the started records itself, one HGETALL each outside the script (Runs.read_started),
+-- which costs Redis ~2 µs where shipping the record through Lua cost ~9 (bench/ in
+-- docs/benchmarks.md, #27).
+-- Returns {'started'} | {'unknown'} | {'skip', status} | {'stale'} | {'busy'} |
+--         {'dead_lettered', detail} (a corrupt record, failed and dead-lettered)
 local function start_entry(job_key, lease_key, events_key, stream_key, claim_key, group,
                            entry_id, token, ttl_ms, consumer, event_id, events_maxlen,
                            started_name, claim_ttl_ms, failed_name, outage_mark, co_running,
                            dlq_maxlen, pipeline_stage)
-  -- The record is read once: the checks, the event and the reply all come from this read.
-  local flat = redis.call('HGETALL', job_key)
-  if #flat == 0 then
-    return {'unknown'}
+  -- The record is read once: the checks and the event come from this read.
+  local f = redis.call('HMGET', job_key, 'status', 'entry_id', 'attempts', 'deliveries', 'id',
+    'tenant', 'metadata', 'trace_id', 'watch', 'progress')
+  local status, entry = f[1] or nil, f[2] or nil  -- (a missing field reads as false)
+  if not status and not f[5] then
+    -- (HMGET cannot tell a missing hash from missing fields: a record without status nor
+    -- id is as unreadable as none, and nothing can be started or failed under it)
+    if redis.call('EXISTS', job_key) == 0 then return {'unknown'} end
   end
-  local r = {}
-  for i = 1, #flat, 2 do r[flat[i]] = flat[i + 1] end
-  local status, entry = r['status'], r['entry_id']
   if status == 'completed' or status == 'failed' or status == 'canceled' then
     -- a duplicate delivery of a finished (or canceled-while-queued) job: drop the entry
     ack(stream_key, group, entry_id)
@@ -538,7 +544,7 @@ local function start_entry(job_key, lease_key, events_key, stream_key, claim_key
     ack(stream_key, group, entry_id)
     return {'stale'}
   end
-  local problem = record_problem(status, r['attempts'], r['deliveries'])
+  local problem = record_problem(status, f[3], f[4])
   if problem then
     dead_letter_corrupt(job_key, events_key, stream_key, group, entry_id,
       'unreadable job record: ' .. problem, event_id, events_maxlen, failed_name, dlq_maxlen)
@@ -551,11 +557,11 @@ local function start_entry(job_key, lease_key, events_key, stream_key, claim_key
   local now = now_ms()
   redis.call('SET', lease_key, token, 'PX', ttl_ms)
   -- The counts were read and checked above: written with the rest in one HSET.
-  local attempt = (tonumber(r['attempts']) or 0) + 1
+  local attempt = (tonumber(f[3]) or 0) + 1
   local written = {'status', 'processing', 'stage', 'started', 'worker', consumer,
     'started_at_ms', now, 'updated_at_ms', now, 'lease_until_ms', now + tonumber(ttl_ms),
     'lease_token', token, 'attempts', attempt,
-    'deliveries', (tonumber(r['deliveries']) or 0) + 1,
+    'deliveries', (tonumber(f[4]) or 0) + 1,
     'outage_mark', outage_mark or fleet_outage(key_tag(job_key) .. ':fleet'),
     'co_running', co_running or 1}
   if pipeline_stage and pipeline_stage ~= '' then
@@ -565,23 +571,18 @@ local function start_entry(job_key, lease_key, events_key, stream_key, claim_key
   end
   redis.call('HSET', job_key, unpack(written))
   if claim_key then
-    set_claim(claim_key, r['id'], 'PROCESSING', claim_ttl_ms)
+    set_claim(claim_key, f[5], 'PROCESSING', claim_ttl_ms)
   end
   local event_name, extra = started_name, '"attempt":' .. attempt
   if pipeline_stage and pipeline_stage ~= '' and pipeline_stage ~= 'ingest' then
     -- a later stage's start is progress of the job (it `started` once, in the first stage)
     event_name = string.gsub(started_name, '%.started$', '.progress')
-    extra = '"progress":' .. (tonumber(r['progress']) or 0) .. ',"stage":"' .. pipeline_stage
+    extra = '"progress":' .. (tonumber(f[10]) or 0) .. ',"stage":"' .. pipeline_stage
       .. '","stage_status":"running",' .. extra
   end
   emit(events_key, events_maxlen, job_key, event_id, event_name, extra,
-    {r['id'], r['tenant'], r['metadata'], r['trace_id'], r['watch']}, now)
-  -- The record as it now is, without reading it again: what was read, then what was
-  -- written (the caller's pairs_to_dict keeps the later of a repeated field).
-  local out = {'started'}
-  for i = 1, #flat do out[#out + 1] = flat[i] end
-  for i = 1, #written do out[#out + 1] = written[i] end
-  return out
+    {f[5], f[6], f[7], f[8], f[9]}, now)
+  return {'started'}
 end
 
 -- True when `token` is the job's current run: the fence of renew/progress/finish. Every exit

@@ -26,13 +26,13 @@
 -- stage's stream of that class has room for, so work waits in the tenants' fair queues (in
 -- fair order) rather than in a long first-come line further down the pipeline.
 -- Returns a list of {stream name, entry id, outcome, payload}: outcome 'started' (payload =
--- flat job hash), 'raw' (payload = the entry's flat fields; the worker validates and
--- dead-letters it), 'dead_lettered' (payload = {why}: a corrupt job record, failed and
--- dead-lettered here), or skip/stale/busy (payload empty); and 'held' (entry id '') for a
--- class whose read the backpressure bound cut short.
--- Safe to resend (a lost reply): its own compact replay memo (KEYS[4]) records what this call
--- did -- entry ids and outcomes, not the job hashes -- and a resend rebuilds the same reply,
--- re-reading each started job (still processing under the token handed out).
+-- {job id}: the caller reads the started records itself, see start_entry), 'raw' (payload =
+-- the entry's flat fields; the worker validates and dead-letters it), 'dead_lettered'
+-- (payload = {why}: a corrupt job record, failed and dead-lettered here), or
+-- skip/stale/busy (payload empty); and 'held' (entry id '') for a class whose read the
+-- backpressure bound cut short.
+-- Safe to resend (a lost reply): its own replay memo (KEYS[4]) is the reply itself (entry ids
+-- and outcomes; no job record is in it), and a resend answers it again.
 local o = cjson.decode(ARGV[1])
 local group, consumer, tag = o.group, o.consumer, o.tag
 local out = {}
@@ -44,14 +44,7 @@ local outage_mark = fleet_outage(tag .. ':fleet')
 
 local prior = redis.call('GET', KEYS[4])
 if prior then
-  for _, m in ipairs(cjson.decode(prior)) do
-    if m[3] == 'started' then
-      out[#out + 1] = {m[1], m[2], 'started', redis.call('HGETALL', m[4])}
-    else
-      out[#out + 1] = m
-    end
-  end
-  return out
+  return cjson.decode(prior)
 end
 
 -- Phase one reads; phase two starts what was read, so every start knows how many jobs the
@@ -134,12 +127,9 @@ for _, r in ipairs(read) do
     memo[#memo + 1] = out[#out]
   else
     local outcome = table.remove(started, 1)
+    if outcome == 'started' then started = {job} end
     out[#out + 1] = {stream_name, entry_id, outcome, started}
-    if outcome == 'started' then
-      memo[#memo + 1] = {stream_name, entry_id, outcome, tag .. ':job:' .. job}
-    else
-      memo[#memo + 1] = out[#out]
-    end
+    memo[#memo + 1] = out[#out]
   end
 end
 -- Classes the backpressure bound cut short: the worker polls for room instead of blocking
