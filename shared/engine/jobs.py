@@ -54,21 +54,29 @@ class JobSpec:
             raise ValueError(f"unknown quality {self.quality!r}") from None
 
     def hash_fields(self) -> dict[str, str]:
-        return {
+        """The record's fields from the spec. The optional ones are left out when empty
+        (every reader takes a missing one as empty: `from_hash`, the dispatcher's and the
+        retention sweep's HMGETs), so a record holds no empty strings; `trace_id` is always
+        there (the producer fills an empty one in)."""
+        fields = {
             "v": JOB_FORMAT_VERSION,
             "tenant": self.tenant,
             "quality": self.quality,
             "stream": self.stream.value,
             "params": orjson.dumps(dict(self.params)).decode(),
             "metadata": orjson.dumps(dict(self.metadata)).decode(),
+            "trace_id": self.trace_id,
+        }
+        optional = {
             "input_ref": self.input_ref,
             "input_sha256": self.input_sha256,
             "model": self.model,
             "webhook_url": self.webhook_url,
             "webhook_events": ",".join(self.webhook_events),
-            "trace_id": self.trace_id,
             "request_fingerprint": self.request_fingerprint,
         }
+        fields.update((name, value) for name, value in optional.items() if value)
+        return fields
 
 
 def _int(raw: Mapping[str, str], name: str) -> int:
@@ -171,7 +179,7 @@ class JobRecord:
             attempts=_int(raw, "attempts"),
             deliveries=_int(raw, "deliveries"),
             progress=float(raw.get("progress") or 0.0),
-            stage=raw.get("stage", ""),
+            stage=raw.get("stage") or "queued",  # left implicit in a new record
             created_at_ms=_int(raw, "created_at_ms"),
             started_at_ms=_opt_int(raw, "started_at_ms"),
             completed_at_ms=_opt_int(raw, "completed_at_ms"),

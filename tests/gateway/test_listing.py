@@ -12,7 +12,7 @@ from aiohttp import FormData
 from aiohttp.test_utils import TestClient
 from redis.asyncio import Redis
 
-from splatq.shared.engine.ids import partition_of
+from splatq.shared.engine.ids import new_job_id, partition_of
 from splatq.shared.engine.jobs import JobSpec
 from splatq.shared.engine.keys import KeySchema
 from splatq.shared.engine.listing import scan_budget
@@ -144,7 +144,7 @@ async def test_a_cursor_is_bound_to_its_filters(client: Client) -> None:
 
 
 async def test_index_is_written_with_the_job_and_trimmed_to_the_retention(
-    make_client: ClientFactory, redis: Redis
+    make_client: ClientFactory, redis: Redis, settings: Settings
 ) -> None:
     client = await make_client(job_retention_s=3600)
     keys = KeySchema()
@@ -152,9 +152,20 @@ async def test_index_is_written_with_the_job_and_trimmed_to_the_retention(
     stale_ms = int(time.time() * 1000) - 3600 * 1000 - 60_000
     await redis.zadd(index, {"job_000stale": stale_ms})
     job = await _submit(client, 0)
-    members = await redis.zrange(index, 0, -1, withscores=True)
-    assert [m for m, _ in members] == [job["id"]]  # the stale entry was trimmed
+    assert job["id"] in await redis.zrange(index, 0, -1)
     assert 0 < await redis.pttl(index) <= 3600 * 1000
+    # The members past the retention go at one enqueue in eight, those whose id ends in '0'
+    # (a ULID's last character carries 3 random bits): not at this one, at that one.
+    queue = JobQueue(redis, settings.with_overrides(job_retention_s=3600))
+    spec = JobSpec(tenant="acme", quality="preview")
+    not_trimming = new_job_id(0)[:-1] + "4"
+    await queue.enqueue(spec, job_id=not_trimming)
+    assert "job_000stale" in await redis.zrange(index, 0, -1)
+    trimming = new_job_id(0)[:-1] + "0"
+    await queue.enqueue(spec, job_id=trimming)
+    members = await redis.zrange(index, 0, -1)
+    assert "job_000stale" not in members
+    assert {job["id"], not_trimming, trimming} <= set(members)
     assert 0 < await redis.pttl(keys.job_history(job["id"])) <= 3600 * 1000
     # Cancel: a terminal record expires after the configured retention, not 7 days.
     await client.post(f"/v1/jobs/{job['id']}/cancel", headers=AUTH_A)

@@ -2,9 +2,16 @@
 -- ALLOWED transition table). Helpers only touch keys passed to them by the caller, so the
 -- one-slot rule of each script is decided by that script's KEYS alone.
 
+-- The time of this script call in ms, read once (a script is one atomic step, and a batch
+-- script's members share its time): the hot paths called TIME once per job.
+local call_now_ms = nil
+
 local function now_ms()
-  local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  if call_now_ms == nil then
+    local t = redis.call('TIME')
+    call_now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  end
+  return call_now_ms
 end
 
 local function can_move(from, to)
@@ -394,8 +401,12 @@ end
 -- the stream (XREADGROUP BLOCK: it cannot run the feed) must wake whenever there is work.
 -- Called after every enqueue and every take, so the stream's ready part holds at most this
 -- one entry beyond what takes asked for; it too is chosen in fair order.
-local function fair_keep_one_ready(tag, stream_name, stream_key, group, quantum, stream_maxlen)
-  if redis.call('LLEN', fq_base(tag, stream_name) .. ':ring') == 0 then return end
+local function fair_keep_one_ready(tag, stream_name, stream_key, group, quantum, stream_maxlen,
+                                   ring_known)
+  -- `ring_known`: the caller has just put a tenant in the ring (fair_push), so it is not empty
+  if not ring_known and redis.call('LLEN', fq_base(tag, stream_name) .. ':ring') == 0 then
+    return
+  end
   local pending = redis.pcall('XPENDING', stream_key, group)
   local delivered = type(pending) == 'table' and tonumber(pending[1]) or 0
   if redis.call('XLEN', stream_key) <= delivered then

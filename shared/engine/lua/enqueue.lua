@@ -66,16 +66,23 @@ end
 if KEYS[4] then
   redis.call('SET', KEYS[4], 'PENDING ' .. job_id, 'PX', ARGV[5])
 end
--- The whole record in one HSET (fewer calls inside the script).
-put('id', job_id); put('status', 'queued'); put('attempts', 0); put('deliveries', 0)
-put('progress', 0); put('stage', 'queued'); put('created_at_ms', now)
-put('updated_at_ms', now); put('claim_key', KEYS[4] or '')
+-- The whole record in one HSET (fewer calls inside the script). A new record's defaults are
+-- left implicit (JobRecord.from_hash and every script read a missing field as them):
+-- attempts, deliveries and progress 0, stage 'queued', updated_at_ms = created_at_ms, no
+-- claim key -- 5 to 6 fields (~120 bytes) fewer in every record.
+put('id', job_id); put('status', 'queued'); put('created_at_ms', now)
+if KEYS[4] then put('claim_key', KEYS[4]) end
 -- The tenant's listing index in this partition (GET /v1/jobs; shared/engine/keys.py
 -- `tenant_jobs`): job ids scored by creation time, kept for the record retention. Derived
--- under the job key's own {pN} tag, so it shares the slot.
+-- under the job key's own {pN} tag, so it shares the slot. Its TTL follows every enqueue;
+-- the members past the retention are trimmed at one enqueue in eight (those whose id ends
+-- in '0': a ULID's last character carries 3 random bits), not at each: readers skip ids
+-- whose record is gone, and at most a few enqueues' worth of them wait for the next trim.
 local listed = key_tag(KEYS[1]) .. ':jobs:' .. tenant
 redis.call('ZADD', listed, now, job_id)
-redis.call('ZREMRANGEBYSCORE', listed, '-inf', now - JOB_RETENTION_MS)
+if string.byte(job_id, -1) == 48 then  -- '0'
+  redis.call('ZREMRANGEBYSCORE', listed, '-inf', now - JOB_RETENTION_MS)
+end
 redis.call('PEXPIRE', listed, JOB_RETENTION_MS)
 if max_tenant > 0 then
   -- Counted only when admitted under a tenant bound (the gateway always sets one): a
@@ -91,7 +98,7 @@ if ARGV[10] ~= '' then
   redis.call('HSET', KEYS[1], unpack(fields))
   fair_push(tag, stream_name, tenant, job_id, policy.cost, policy.weight, policy.cap, now)
   -- an idle worker blocked on the stream wakes; under load workers' takes do the moving
-  fair_keep_one_ready(tag, stream_name, KEYS[2], policy.group, policy.quantum, ARGV[3])
+  fair_keep_one_ready(tag, stream_name, KEYS[2], policy.group, policy.quantum, ARGV[3], true)
 else
   entry_id = redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[3], '*',
     'v', '1', 'job', job_id, 'trace', given['trace_id'] or '', 'claim', KEYS[4] or '')

@@ -21,7 +21,7 @@
 local target = ARGV[4]
 local st = redis.call('HMGET', KEYS[1], 'status', 'cancel_requested', 'id', 'last_commit',
   'tenant', 'stream', 'lease_token', 'metadata', 'trace_id', 'backlog_counted', 'fq',
-  'current_stage', 'watch')
+  'current_stage', 'watch', 'error_code')
 local status, cancel, job_id = st[1], st[2], st[3]
 if not status then
   return {'illegal', 'missing'}
@@ -85,7 +85,8 @@ end
 redis.call('HSET', KEYS[1], unpack(sets))
 redis.call('DEL', KEYS[2])
 if terminal then
-  if target == 'completed' then
+  if target == 'completed' and st[14] then
+    -- an earlier attempt's error (the three error fields are written together)
     redis.call('HDEL', KEYS[1], 'error_code', 'error_message', 'error_retryable')
   end
   redis.call('PEXPIRE', KEYS[1], ARGV[9])
