@@ -24,11 +24,7 @@ from splatq.shared.engine.committer import Committer
 from splatq.shared.engine.cpu_priority import ClassExecutors, ThreadSetup
 from splatq.shared.engine.entries import UNKNOWN_JOB, entry_problem
 from splatq.shared.engine.fleet import REDIS_ERRORS, FleetMember, new_consumer_name
-from splatq.shared.engine.job_context import (
-    JobContext,
-    JobHandler,
-    run_within,
-)
+from splatq.shared.engine.job_context import JobContext, JobHandler, run_within
 from splatq.shared.engine.jobs import JobOutcome, JobRecord, StageDone
 from splatq.shared.engine.keys import STREAMS, StreamName
 from splatq.shared.engine.leases import LeaseKeeper, Run
@@ -278,16 +274,22 @@ class Worker:
         """Reap, then take new work for the free slots; when there is none, wait.
         Returns how many entries were consumed (started or disposed of)."""
         consumed = 0
+        drained = True  # every take read fewer than the slots it offered
         for partition in self._partition_order():
             for stream in self.pool.serves:
                 capacity = self.pool.capacity(stream)
                 if capacity and self.reaper.is_due(partition, stream):
                     taken = await self.reaper.reap_stale_entries(partition, stream, capacity)
                     consumed += len(taken)
+                    drained = drained and not taken
                     await self._start(taken)
-            consumed += await self._take(partition)
-        if consumed or self._stopping.is_set():
+            took, short = await self._take(partition)
+            consumed += took
+            drained = drained and short
+        if (consumed and not drained) or self._stopping.is_set():
             return consumed
+        # Nothing taken, or every take short (the classes with room have nothing ready): wait
+        # as below; another take now would be an empty take.lua call after every batch.
         if self._held:
             # The next stage is full: a blocking read would take past its bound, so look
             # again shortly (or when a slot frees) instead.
@@ -296,9 +298,8 @@ class Worker:
             await self._wait_or_stop(self._slot_freed.wait(), timeout_s=IDLE_POLL_S)
             return 0
         if not self.pool.waits_on_all():
-            # A stream is saturated and the others have nothing to do. A blocking read on
-            # the others would hold us past the saturated stream's next free slot, so wait
-            # for a slot (or a short poll interval) instead.
+            # A stream is saturated, the others have nothing to do: a blocking read on them
+            # would hold us past the saturated one's next free slot; wait for a slot.
             self._slot_freed.clear()
             await self._wait_or_stop(self._slot_freed.wait(), timeout_s=IDLE_POLL_S)
             return 0
@@ -317,11 +318,13 @@ class Worker:
         k = self._rotation % len(self.partitions)
         return list(self.partitions[k:] + self.partitions[:k])
 
-    async def _take(self, partition: int) -> int:
-        """Read and start new entries for the free slots (take.lua: one round trip); returns
-        how many entries it consumed, including duplicates and dead-lettered ones."""
+    async def _take(self, partition: int) -> tuple[int, bool]:
+        """Read and start new entries for the free slots (take.lua: one round trip): how many
+        it consumed (duplicates, dead letters included), and whether it read fewer than the
+        slots it offered (every class it could read more of had nothing more ready)."""
         if not self.pool.has_capacity():
-            return 0
+            return 0, True
+        offered = max(sum(self.pool.guaranteed_counts().values()), self.pool.lendable)
         taken = await self.queue.take(
             partition,
             self.pool.guaranteed_counts(),
@@ -348,7 +351,7 @@ class Worker:
                 )
             else:
                 await self._unstarted.handle(t.entry, t.token, t.outcome, t.detail)
-        return len(taken) - held
+        return len(taken) - held, held > 0 or len(taken) - held < offered
 
     async def _start(self, entries: list[StreamEntry]) -> int:
         """Lease and start delivered entries; malformed ones go to the dead-letter stream."""
