@@ -34,6 +34,7 @@ class Reply(StrEnum):
     STALE = "stale"
     BUSY = "busy"
     HELD = "held"
+    DRAINED = "drained"
     UNKNOWN = "unknown"
     DEAD_LETTERED = "dead_lettered"
     # reclaim (the reaper), promote, redrive, cancel

@@ -201,7 +201,7 @@ class Runs(Role):
         taken: list[Taken] = []
         for stream_name, entry_id, outcome, payload in reply:
             stream = StreamName(stream_name)
-            if outcome == Reply.HELD:
+            if outcome in (Reply.HELD, Reply.DRAINED):
                 taken.append(Taken(StreamEntry(partition, stream, "", {}), outcome))
             elif outcome == Reply.STARTED:
                 read = next(records)

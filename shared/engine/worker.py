@@ -163,13 +163,10 @@ class Worker:
 
     def _card(self) -> dict[str, object]:
         """This worker on its process's card (the admin API's worker view)."""
-        return {
-            "stage": self.stage.value if self.stage is not None else None,
-            "slots": self.pool.total,
-            "in_use": self.pool.in_use,
-            "running": len(self._running),
-            "partitions": list(self.partitions),
-        }
+        stage = self.stage.value if self.stage is not None else None
+        pool, running, partitions = self.pool, len(self._running), list(self.partitions)
+        return {"stage": stage, "slots": pool.total, "in_use": pool.in_use, "running": running,
+                "partitions": partitions}  # fmt: skip
 
     async def run(self) -> None:
         """Run until `stop()`; then drain within the grace period and return."""
@@ -274,22 +271,24 @@ class Worker:
         """Reap, then take new work for the free slots; when there is none, wait.
         Returns how many entries were consumed (started or disposed of)."""
         consumed = 0
-        drained = True  # every take read fewer than the slots it offered
+        drained = set(STREAMS)  # the classes every take found with nothing more ready
         for partition in self._partition_order():
             for stream in self.pool.serves:
                 capacity = self.pool.capacity(stream)
                 if capacity and self.reaper.is_due(partition, stream):
                     taken = await self.reaper.reap_stale_entries(partition, stream, capacity)
                     consumed += len(taken)
-                    drained = drained and not taken
+                    if taken:
+                        drained.discard(stream)
                     await self._start(taken)
-            took, short = await self._take(partition)
+            took, dry = await self._take(partition)
             consumed += took
-            drained = drained and short
-        if (consumed and not drained) or self._stopping.is_set():
+            drained &= dry
+        room = [s for s in self.pool.serves if self.pool.capacity(s) and s not in drained]
+        if (consumed and room) or self._stopping.is_set():
             return consumed
-        # Nothing taken, or every take short (the classes with room have nothing ready): wait
-        # as below; another take now would be an empty take.lua call after every batch.
+        # Nothing taken, or the classes with room have nothing ready: wait as below (taking
+        # again now was an empty take.lua call after every batch).
         if self._held:
             # The next stage is full: a blocking read would take past its bound, so look
             # again shortly (or when a slot frees) instead.
@@ -318,13 +317,12 @@ class Worker:
         k = self._rotation % len(self.partitions)
         return list(self.partitions[k:] + self.partitions[:k])
 
-    async def _take(self, partition: int) -> tuple[int, bool]:
+    async def _take(self, partition: int) -> tuple[int, set[StreamName]]:
         """Read and start new entries for the free slots (take.lua: one round trip): how many
-        it consumed (duplicates, dead letters included), and whether it read fewer than the
-        slots it offered (every class it could read more of had nothing more ready)."""
+        it consumed (duplicates, dead letters included), and the classes it found drained."""
+        drained: set[StreamName] = set()
         if not self.pool.has_capacity():
-            return 0, True
-        offered = max(sum(self.pool.guaranteed_counts().values()), self.pool.lendable)
+            return 0, set(STREAMS)
         taken = await self.queue.take(
             partition,
             self.pool.guaranteed_counts(),
@@ -333,11 +331,14 @@ class Worker:
             resend_for_s=RESEND_WINDOW_S,
             running=self.member.running(),
         )
-        held = 0
+        markers = 0
         for t in taken:
-            if t.outcome == Reply.HELD:
-                self._held = True
-                held += 1
+            if t.outcome in (Reply.HELD, Reply.DRAINED):
+                if t.outcome == Reply.HELD:
+                    self._held = True
+                else:
+                    drained.add(t.entry.stream)
+                markers += 1
                 continue
             if self.metrics is not None:
                 self.metrics.deliveries.labels(t.entry.stream.value, t.outcome).inc()
@@ -351,7 +352,7 @@ class Worker:
                 )
             else:
                 await self._unstarted.handle(t.entry, t.token, t.outcome, t.detail)
-        return len(taken) - held, held > 0 or len(taken) - held < offered
+        return len(taken) - markers, drained
 
     async def _start(self, entries: list[StreamEntry]) -> int:
         """Lease and start delivered entries; malformed ones go to the dead-letter stream."""

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import time
+from typing import Any
 
+import pytest
 from redis.asyncio import Redis
 
-from splatq.shared.engine.jobs import JobSpec
+from splatq.shared.engine.job_context import JobContext
+from splatq.shared.engine.jobs import JobOutcome, JobSpec
 from splatq.shared.engine.keys import StreamName
 from splatq.shared.engine.queue import JobQueue
 from splatq.shared.testing import WorkerFactory, eventually, job_events, wait_for_status
@@ -183,3 +186,32 @@ async def test_an_unreadable_job_record_fails_alone_and_the_worker_goes_on(
     raw = await redis.hgetall(queue.keys.job(broken.job_id))
     assert raw["status"] == "failed"
     assert raw["error_code"] == "CORRUPT_JOB_RECORD"
+
+
+async def _no_op(ctx: JobContext) -> JobOutcome:
+    return JobOutcome()
+
+
+async def test_a_short_take_is_not_followed_by_an_empty_one(
+    queue: JobQueue, start_worker: WorkerFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Interactive jobs only, so the synthesis reservation stays free: a take that fills the
+    interactive slots and finds synthesis empty is short, and the worker waits for a slot
+    instead of calling take.lua again at once (which read nothing: one empty script call and
+    round trip after every batch)."""
+    takes: list[int] = []
+    take = JobQueue.take
+
+    async def counting_take(self: JobQueue, *args: Any, **kwargs: Any) -> Any:
+        taken = await take(self, *args, **kwargs)
+        takes.append(len(taken))
+        return taken
+
+    monkeypatch.setattr(JobQueue, "take", counting_take)
+    ids = [(await queue.enqueue(spec())).job_id for _ in range(60)]
+    await start_worker(_no_op, worker_concurrency=10)  # 7 interactive slots, 3 synthesis
+    for job_id in ids:
+        await wait_for_status(queue, job_id, {"completed"})
+    # Before, every batch was followed by an empty take: about as many empty takes as full
+    # ones. Now only the take that finds the line drained at the end may come back empty.
+    assert takes.count(0) <= 2, takes

@@ -29,8 +29,8 @@
 -- {job id}: the caller reads the started records itself, see start_entry), 'raw' (payload =
 -- the entry's flat fields; the worker validates and dead-letters it), 'dead_lettered'
 -- (payload = {why}: a corrupt job record, failed and dead-lettered here), or
--- skip/stale/busy (payload empty); and 'held' (entry id '') for a class whose read the
--- backpressure bound cut short.
+-- skip/stale/busy (payload empty); and, entry id '', 'held' for a class whose read the
+-- backpressure bound cut short or 'drained' for one whose last read came back short.
 -- Safe to resend (a lost reply): its own replay memo (KEYS[4]) is the reply itself (entry ids
 -- and outcomes; no job record is in it), and a resend answers it again.
 local o = cjson.decode(ARGV[1])
@@ -54,7 +54,7 @@ local read = {}
 local fair = o.fair
 local downstream, bound = o.downstream, o.bound
 
-local held, room = {}, {}
+local held, room, drained = {}, {}, {}
 
 local function pending_count(key)
   local p = redis.pcall('XPENDING', key, group)
@@ -84,8 +84,12 @@ local function take_from(stream_key, stream_name, n)
   if fair then fair_feed(tag, stream_name, stream_key, n, o.quantum, o.stream_maxlen) end
   local reply = redis.call('XREADGROUP', 'GROUP', group, consumer, 'COUNT', n,
     'STREAMS', stream_key, '>')
-  if not reply then return 0 end
+  if not reply then
+    drained[stream_name] = true
+    return 0
+  end
   local entries = reply[1][2]
+  drained[stream_name] = #entries < n or nil
   if room[stream_name] ~= nil then room[stream_name] = room[stream_name] - #entries end
   for _, e in ipairs(entries) do
     read[#read + 1] = {stream_key, stream_name, e[1], e[2]}
@@ -133,9 +137,15 @@ for _, r in ipairs(read) do
   end
 end
 -- Classes the backpressure bound cut short: the worker polls for room instead of blocking
--- on the stream (a blocking read would take past the bound). Not memoized: a resend may omit them.
+-- on the stream (a blocking read would take past the bound). Classes whose last read came
+-- back short ('drained': nothing more was ready): the worker does not take again at once for
+-- their free slots. Not memoized: a resend may omit them (the worker then takes again).
 for _, name in ipairs({'interactive', 'synthesis'}) do
-  if held[name] then out[#out + 1] = {name, '', 'held', {}} end
+  if held[name] then
+    out[#out + 1] = {name, '', 'held', {}}
+  elseif drained[name] then
+    out[#out + 1] = {name, '', 'drained', {}}
+  end
 end
 if #memo > 0 then
   redis.call('SET', KEYS[4], cjson.encode(memo), 'PX', o.memo_ttl_ms)
