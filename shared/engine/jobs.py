@@ -13,7 +13,7 @@ import orjson
 
 from splatq.shared.engine import artifact_refs
 from splatq.shared.engine.keys import StreamName
-from splatq.shared.engine.metering import metered_units
+from splatq.shared.engine.metering import METER_PREFIX
 from splatq.shared.engine.stages import PipelineStage, StageRecord, ledger_of
 from splatq.shared.engine.states import JobStatus
 
@@ -170,6 +170,7 @@ class JobRecord:
             else None
         )
         events = raw.get("webhook_events", "")
+        groups = _Groups.of(raw)
         return cls(
             id=raw["id"],
             tenant=raw.get("tenant", ""),
@@ -204,15 +205,41 @@ class JobRecord:
             quick_run=raw.get("quick_run", ""),
             foreground=raw.get("foreground", ""),
             delivery_charge=float(raw.get("delivery_charge") or 0.0),
-            hints={k[5:]: v for k, v in raw.items() if k.startswith("hint_")},
+            hints=groups.hints,
             current_stage=raw.get("current_stage", ""),
             ledger=ledger_of(raw),
             redrives=_int(raw, "redrives"),
-            reruns={k[6:]: v for k, v in raw.items() if k.startswith("rerun.") and v},
-            metered=metered_units(raw),
-            notes={k[5:]: v for k, v in raw.items() if k.startswith("note.")},
+            reruns=groups.reruns,
+            metered=groups.metered,
+            notes=groups.notes,
             deferrals=_int(raw, "deferrals"),
         )
+
+
+@dataclass(slots=True)
+class _Groups:
+    """A record's fields named by a prefix, gathered in one pass over the record (four
+    scans of every field were a third of `from_hash`: it runs for every started job)."""
+
+    hints: dict[str, str] = field(default_factory=dict)  # hint_<name>
+    reruns: dict[str, str] = field(default_factory=dict)  # rerun.<stage>, set ones only
+    metered: dict[str, int] = field(default_factory=dict)  # m.<unit>: as metered_units
+    notes: dict[str, str] = field(default_factory=dict)  # note.<name>
+
+    @classmethod
+    def of(cls, raw: Mapping[str, str]) -> _Groups:
+        g = cls()
+        for name, value in raw.items():
+            first = name[:1]
+            if first == "h" and name.startswith("hint_"):
+                g.hints[name[5:]] = value
+            elif first == "r" and name.startswith("rerun.") and value:
+                g.reruns[name[6:]] = value
+            elif first == "m" and name.startswith(METER_PREFIX) and value.isdigit():
+                g.metered[name[len(METER_PREFIX) :]] = int(value)
+            elif first == "n" and name.startswith("note."):
+                g.notes[name[5:]] = value
+        return g
 
 
 @dataclass(frozen=True, slots=True)

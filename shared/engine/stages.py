@@ -157,7 +157,8 @@ def ledger_of(raw: Mapping[str, str]) -> dict[PipelineStage, StageRecord]:
     """The ledger records in a job hash, by stage."""
     out: dict[PipelineStage, StageRecord] = {}
     for stage in ALL_STAGES:
-        record = StageRecord.from_json(raw.get(LEDGER_PREFIX + stage.value, ""))
+        value = raw.get(LEDGER_PREFIX + stage.value)
+        record = StageRecord.from_json(value) if value else None
         if record is not None:
             out[stage] = record
     return out
