@@ -13,6 +13,7 @@ from splatq.shared.engine.job_context import JobContext
 from splatq.shared.engine.jobs import JobOutcome, JobSpec
 from splatq.shared.engine.keys import StreamName
 from splatq.shared.engine.queue import JobQueue
+from splatq.shared.engine.replies import Reply
 from splatq.shared.testing import WorkerFactory, eventually, job_events, wait_for_status
 from tests.helpers import spec
 
@@ -196,22 +197,28 @@ async def test_a_short_take_is_not_followed_by_an_empty_one(
     queue: JobQueue, start_worker: WorkerFactory, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Interactive jobs only, so the synthesis reservation stays free: a take that fills the
-    interactive slots and finds synthesis empty is short, and the worker waits for a slot
-    instead of calling take.lua again at once (which read nothing: one empty script call and
-    round trip after every batch)."""
-    takes: list[int] = []
+    interactive slots and finds synthesis empty marks it drained, and the worker waits for a
+    slot instead of calling take.lua again at once (which read nothing: one empty script call
+    and round trip after every batch)."""
+    n_jobs = 60
+    taken_so_far = 0
+    empty_while_waiting = 0  # takes that read no entry while jobs still waited to be taken
     take = JobQueue.take
 
     async def counting_take(self: JobQueue, *args: Any, **kwargs: Any) -> Any:
+        nonlocal taken_so_far, empty_while_waiting
         taken = await take(self, *args, **kwargs)
-        takes.append(len(taken))
+        read = sum(t.outcome not in (Reply.HELD, Reply.DRAINED) for t in taken)
+        if read == 0 and taken_so_far < n_jobs:
+            empty_while_waiting += 1
+        taken_so_far += read
         return taken
 
     monkeypatch.setattr(JobQueue, "take", counting_take)
-    ids = [(await queue.enqueue(spec())).job_id for _ in range(60)]
+    ids = [(await queue.enqueue(spec())).job_id for _ in range(n_jobs)]
     await start_worker(_no_op, worker_concurrency=10)  # 7 interactive slots, 3 synthesis
     for job_id in ids:
         await wait_for_status(queue, job_id, {"completed"})
-    # Before, every batch was followed by an empty take: about as many empty takes as full
-    # ones. Now only the take that finds the line drained at the end may come back empty.
-    assert takes.count(0) <= 2, takes
+    assert taken_so_far == n_jobs
+    # Before, every batch was followed by an empty take (7 of them here).
+    assert empty_while_waiting == 0
