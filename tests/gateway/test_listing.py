@@ -149,13 +149,14 @@ async def test_index_is_written_with_the_job_and_trimmed_to_the_retention(
     client = await make_client(job_retention_s=3600)
     keys = KeySchema()
     index = keys.tenant_jobs(0, "acme")
-    stale_ms = int(time.time() * 1000) - 3600 * 1000 - 60_000
-    await redis.zadd(index, {"job_000stale": stale_ms})
     job = await _submit(client, 0)
     assert job["id"] in await redis.zrange(index, 0, -1)
     assert 0 < await redis.pttl(index) <= 3600 * 1000
     # The members past the retention go at one enqueue in eight, those whose id ends in '0'
-    # (a ULID's last character carries 3 random bits): not at this one, at that one.
+    # (a ULID's last character carries 3 random bits): not at this one, at that one. (The
+    # stale member goes in after the submission above, whose id may itself end in '0'.)
+    stale_ms = int(time.time() * 1000) - 3600 * 1000 - 60_000
+    await redis.zadd(index, {"job_000stale": stale_ms})
     queue = JobQueue(redis, settings.with_overrides(job_retention_s=3600))
     spec = JobSpec(tenant="acme", quality="preview")
     not_trimming = new_job_id(0)[:-1] + "4"
