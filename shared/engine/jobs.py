@@ -13,7 +13,7 @@ import orjson
 
 from splatq.shared.engine import artifact_refs
 from splatq.shared.engine.keys import StreamName
-from splatq.shared.engine.metering import METER_PREFIX
+from splatq.shared.engine.metering import metered_unit
 from splatq.shared.engine.stages import PipelineStage, StageRecord, ledger_of
 from splatq.shared.engine.states import JobStatus
 
@@ -223,7 +223,7 @@ class _Groups:
 
     hints: dict[str, str] = field(default_factory=dict)  # hint_<name>
     reruns: dict[str, str] = field(default_factory=dict)  # rerun.<stage>, set ones only
-    metered: dict[str, int] = field(default_factory=dict)  # m.<unit>: as metered_units
+    metered: dict[str, int] = field(default_factory=dict)  # m.<unit> (metering.metered_unit)
     notes: dict[str, str] = field(default_factory=dict)  # note.<name>
 
     @classmethod
@@ -235,8 +235,8 @@ class _Groups:
                 g.hints[name[5:]] = value
             elif first == "r" and name.startswith("rerun.") and value:
                 g.reruns[name[6:]] = value
-            elif first == "m" and name.startswith(METER_PREFIX) and value.isdigit():
-                g.metered[name[len(METER_PREFIX) :]] = int(value)
+            elif first == "m" and (unit := metered_unit(name, value)):
+                g.metered[unit[0]] = unit[1]
             elif first == "n" and name.startswith("note."):
                 g.notes[name[5:]] = value
         return g

@@ -36,13 +36,17 @@ def quick_unit(digest: str) -> str:
     return f"reconstruct.quick.{digest[:UNIT_DIGEST_CHARS]}"
 
 
+def metered_unit(name: str, value: str) -> tuple[str, int] | None:
+    """(unit, measured ms) when a job hash's field `name` is a metered unit, else None (a
+    cleared unit's empty value included)."""
+    if name.startswith(METER_PREFIX) and value.isdigit():
+        return name[len(METER_PREFIX) :], int(value)
+    return None
+
+
 def metered_units(raw: Mapping[str, str]) -> dict[str, int]:
     """The metered units of a job hash: unit -> measured ms (cleared units left out)."""
-    out: dict[str, int] = {}
-    for name, value in raw.items():
-        if name.startswith(METER_PREFIX) and value.isdigit():
-            out[name[len(METER_PREFIX) :]] = int(value)
-    return out
+    return dict(u for name, value in raw.items() if (u := metered_unit(name, value)))
 
 
 def discarded_unit_fields(units: Iterable[str], stages: Iterable[str]) -> list[str]:

@@ -3,18 +3,14 @@ finish them, advance a staged job to its next stage, announce, meter and note.""
 
 from __future__ import annotations
 
-import asyncio
 import random
 import secrets
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import orjson
-from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError
-from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from splatq.shared.backoff import Backoff
 from splatq.shared.engine import events
 from splatq.shared.engine.backend import Role
 from splatq.shared.engine.events import EventType
@@ -40,6 +36,7 @@ from splatq.shared.engine.scripts import Arg, Script, ScriptCall, new_request_id
 from splatq.shared.engine.stages import next_stage
 from splatq.shared.redis.client import is_transient_reply
 from splatq.shared.redis.replay import replay_key
+from splatq.shared.redis.retry import read_while_unavailable
 
 
 class Runs(Role):
@@ -109,26 +106,25 @@ class Runs(Role):
     ) -> list[StartedRecord]:
         """The records of jobs this worker has just started ((job id, lease token) each), in
         one round trip: the start scripts answer no record (shipping it through Lua cost Redis
-        several times a plain HGETALL). A read, so resent as it is on a connection error for
+        several times a plain HGETALL). A read, so read again as it is after a lost
+        connection or a 'not now' error reply (a slot in migration, LOADING) for
         `resend_for_s`. A record whose `lease_token` is no longer the run's (another worker
         took the job over in between: a stall past the lease) reads as `busy`, one that
-        cannot be parsed as `corrupt`, an error reply for one read as `error`."""
+        cannot be parsed as `corrupt`, another error reply for one read as `error`."""
         if not started:
             return []
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + resend_for_s
-        backoff = Backoff()
-        while True:
+
+        async def read() -> list[Any]:
             pipe = self.redis.pipeline(transaction=False)
             for job_id, _ in started:
                 pipe.hgetall(self.keys.job(job_id))
-            try:
-                replies = await pipe.execute(raise_on_error=False)
-                break
-            except (RedisConnectionError, RedisTimeoutError, OSError):
-                if loop.time() + backoff.delay_s > deadline:
-                    raise
-                await backoff.sleep()
+            replies = list(await pipe.execute(raise_on_error=False))
+            for reply in replies:
+                if isinstance(reply, Exception) and is_transient_reply(reply):
+                    raise reply  # the whole read again (a read: nothing happens twice)
+            return replies
+
+        replies = await read_while_unavailable(read, resend_for_s, "read_started")
         return [
             started_record(job_id, token, reply)
             for (job_id, token), reply in zip(started, replies, strict=True)
