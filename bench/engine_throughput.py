@@ -126,7 +126,11 @@ def _report(concurrency: int, results: dict[str, list[Measurement]]) -> None:
         for phase, stats in (("enqueue", last.enqueue_commands), ("drain", last.drain_commands)):
             top = sorted(stats.items(), key=lambda kv: -kv[1][1])[:6]
             cells = ", ".join(f"{k} {calls:.2f}x {us:.1f}µs" for k, (calls, us) in top)
-            print(f"\n  {name} {phase} (commandstats per job, last round): {cells}")
+            total = sum(calls for calls, _ in stats.values())  # the scripts' own included
+            print(
+                f"\n  {name} {phase} (commandstats per job, last round): {total:.2f} commands; "
+                f"{cells}"
+            )
 
 
 def main() -> None:
