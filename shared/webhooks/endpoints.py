@@ -3,8 +3,8 @@ per-endpoint health (circuit breaker, auto-disable) and `recover`.
 
 Every call here touches one endpoint's slot (`{wh:<tenant>}`) through the wh_ep_*.lua
 scripts, except `recover`, which reads the endpoint's dead-letter index in each partition.
-The breaker's rules live in wh_ep_gate.lua / wh_ep_health.lua; this module passes the
-settings in.
+The breaker's rules live in wh_ep_gate.lua / wh_ep_health.lua (run by wh_ep_record.lua,
+with the attempt log's append); this module passes the settings in.
 """
 
 from __future__ import annotations
@@ -25,6 +25,8 @@ from splatq.shared.webhooks.scripts import WebhookScript
 from splatq.shared.webhooks.signing import generate_secret
 
 ENDPOINT_ID_PREFIX = "ep_"
+# A peek's answer where only the gate itself may decide (it would take the half-open probe).
+ASK = "ask"
 # How long a half-open probe holds the endpoint before another dispatcher may probe (its
 # holder is presumed dead), and how long other messages wait for the probe's result.
 PROBE_HOLD_MS = 30_000
@@ -295,16 +297,21 @@ class EndpointStore:
             for t, row in zip(tenants, rows, strict=True)
         }
 
-    def gate_call(self, tenant: str, endpoint_id: str) -> ScriptCall:
+    def gate_call(self, tenant: str, endpoint_id: str, peek: bool = False) -> ScriptCall:
+        """The breaker's gate for one endpoint; a `peek` writes nothing and answers `ASK`
+        where the gate would take the half-open probe (wh_ep_gate.lua)."""
         return ScriptCall(
             WebhookScript.WH_EP_GATE,
             [self.keys.webhook_endpoint(tenant, endpoint_id)],
-            [PROBE_HOLD_MS, HALF_OPEN_DEFER_MS],
+            [PROBE_HOLD_MS, HALF_OPEN_DEFER_MS, "1" if peek else "0"],
         )
 
     @staticmethod
-    def parse_gate(reply: Any, count: int) -> list[Gate]:
-        """The gate's verdicts for `count` messages to one endpoint (claim order)."""
+    def parse_gate(reply: Any, count: int) -> list[Gate] | None:
+        """The gate's verdicts for `count` messages to one endpoint (claim order); None for
+        a peek's `ASK` (gate them again)."""
+        if str(reply[0]) == ASK:
+            return None
         first, rest, url, secret, previous = (str(x) for x in reply[:5])
         until_ms, reason = int(reply[5]), str(reply[6])
         secrets = tuple(s for s in (secret, previous) if s)
@@ -317,31 +324,27 @@ class EndpointStore:
 
         return [gate(first)] + [gate(rest)] * (count - 1)
 
-    def health_call(self, tenant: str, endpoint_id: str, outcomes: Sequence[str]) -> ScriptCall:
-        """Fold attempts' outcomes ('ok' | 'fail' | 'gone', oldest first) into the endpoint's
-        health."""
+    def record_call(
+        self, tenant: str, endpoint_id: str, outcomes: Sequence[str], attempts: Sequence[str]
+    ) -> ScriptCall:
+        """What a batch of results changes for one endpoint (wh_ep_record.lua): `outcomes`
+        ('ok' | 'fail' | 'gone', oldest first) folded into its health, then `attempts`
+        (records as JSON, oldest first) appended to its attempt log."""
         s = self.settings
         return ScriptCall(
-            WebhookScript.WH_EP_HEALTH,
-            [self.keys.webhook_endpoint(tenant, endpoint_id)],
+            WebhookScript.WH_EP_RECORD,
+            [self.keys.webhook_endpoint(tenant, endpoint_id),
+             self.keys.webhook_endpoint_attempts(tenant, endpoint_id)],
             [",".join(outcomes), s.webhook_breaker_consecutive, s.webhook_breaker_ratio,
              s.webhook_breaker_min_attempts, s.webhook_breaker_window_ms,
              s.webhook_breaker_open_ms, s.webhook_breaker_open_cap_ms,
-             s.webhook_disable_after_s * 1000, "410 Gone: the receiver asked to stop"],
+             s.webhook_disable_after_s * 1000, "410 Gone: the receiver asked to stop",
+             ATTEMPT_LOG_CAP, self.settings.job_retention_ms, *attempts],
         )  # fmt: skip
 
     @staticmethod
     def parse_health(reply: Any) -> Health:
         return Health(str(reply[0]), int(reply[1]))
-
-    def log_call(self, tenant: str, endpoint_id: str, attempts: Sequence[str]) -> ScriptCall:
-        """Append attempt records (JSON, oldest first) to the endpoint's attempt log."""
-        return ScriptCall(
-            WebhookScript.WH_EP_LOG,
-            [self.keys.webhook_endpoint(tenant, endpoint_id),
-             self.keys.webhook_endpoint_attempts(tenant, endpoint_id)],
-            [ATTEMPT_LOG_CAP, self.settings.job_retention_ms, *attempts],
-        )  # fmt: skip
 
     async def attempts(
         self, tenant: str, endpoint_id: str, before: str | None, limit: int

@@ -21,8 +21,9 @@ class WebhookScript(LuaScript):
     WH_EP_ROTATE = "wh_ep_rotate"
     WH_EP_DELETE = "wh_ep_delete"
     WH_EP_GATE = "wh_ep_gate"
-    WH_EP_HEALTH = "wh_ep_health"
-    WH_EP_LOG = "wh_ep_log"
+    # A batch's health outcomes and attempt log for one endpoint (wh_ep_health.lua and
+    # wh_ep_log.lua, included).
+    WH_EP_RECORD = "wh_ep_record"
 
     @classmethod
     def package(cls) -> str:

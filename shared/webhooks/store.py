@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import random
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -66,7 +66,7 @@ class Message:
 class AttemptResult:
     """One finished attempt (or a decision not to attempt), recorded by wh_result.lua; for an
     endpoint's message, `health` ('ok' | 'fail' | 'gone' | '') is folded into the endpoint by
-    wh_ep_health.lua in the same round trip."""
+    wh_ep_record.lua (wh_ep_health.lua's rules) in the same round trip."""
 
     message: Message
     outcome: str  # delivered | retry | deferred | dropped | failed
@@ -87,20 +87,19 @@ class Recorded:
 
 def _endpoint_groups(
     results: Sequence[AttemptResult], attempts: Sequence[str]
-) -> tuple[dict[tuple[str, str], list[str]], dict[tuple[str, str], list[str]]]:
+) -> dict[tuple[str, str], tuple[list[str], list[str]]]:
     """Per (tenant, endpoint id): the health outcomes to fold in, in the order the results
     finished, and the attempt records (JSON) for its attempt log."""
-    outcomes: dict[tuple[str, str], list[str]] = {}
-    logs: dict[tuple[str, str], list[str]] = {}
+    groups: dict[tuple[str, str], tuple[list[str], list[str]]] = {}
     for r, attempt in zip(results, attempts, strict=True):
-        if not r.message.endpoint_id:
+        if not r.message.endpoint_id or not (r.health or attempt):
             continue
-        group = (r.message.tenant, r.message.endpoint_id)
+        outcomes, logged = groups.setdefault((r.message.tenant, r.message.endpoint_id), ([], []))
         if r.health:
-            outcomes.setdefault(group, []).append(r.health)
+            outcomes.append(r.health)
         if attempt:
-            logs.setdefault(group, []).append(attempt)
-    return outcomes, logs
+            logged.append(attempt)
+    return groups
 
 
 def _attempt_json(r: AttemptResult) -> str:
@@ -250,42 +249,54 @@ class WebhookStore:
 
     async def claim_due(self, partition: int, most: int, visibility_ms: int) -> list[Message]:
         """Claim up to `most` of the partition's due messages for one attempt each, oldest
+        due first (`claim_due_with`, nothing beside)."""
+        return (await self.claim_due_with(partition, most, visibility_ms))[0]
+
+    async def claim_due_with(
+        self,
+        partition: int,
+        most: int,
+        visibility_ms: int,
+        beside: Callable[[Sequence[str]], Sequence[ScriptCall]] | None = None,
+    ) -> tuple[list[Message], list[Any]]:
+        """Claim up to `most` of the partition's due messages for one attempt each, oldest
         due first: the candidates read from the due set, then one script call
         (wh_claim_due.lua: the due-time and status checks, the visibility timeout, the
         attempt count) with their hashes declared, so a slot in migration is refused, not
         misread. A lost reply is resent by the client with the same request id, and the
-        script's own memo answers it with the same messages."""
+        script's own memo answers it with the same messages.
+
+        `beside` makes read-only calls from the candidates' ids (the dispatcher's gate peeks)
+        that go in the claim's round trip; their replies (or errors) come back in order."""
         due = self.keys.webhook_due(partition)
         now_ms = int(time.time() * 1000)
         ids = [str(m) for m in await self.redis.zrangebyscore(due, "-inf", now_ms, 0, most)]
         if not ids:
-            return []
+            return [], []
         request_id = new_request_id()
-        reply = await self.scripts.run(
-            ScriptCall(
-                WebhookScript.WH_CLAIM_DUE,
-                [
-                    due,
-                    replay_key(due, request_id),
-                    *(self.keys.webhook_message(partition, i) for i in ids),
-                ],
-                [visibility_ms, self.settings.script_replay_ttl_ms, *ids],
-                request_id,
-            )
-        )
+        claim = ScriptCall(
+            WebhookScript.WH_CLAIM_DUE,
+            [due, replay_key(due, request_id),
+             *(self.keys.webhook_message(partition, i) for i in ids)],
+            [visibility_ms, self.settings.script_replay_ttl_ms, *ids],
+            request_id,
+        )  # fmt: skip
+        reply, *answers = await self.scripts.run_many([claim, *(beside(ids) if beside else ())])
         if isinstance(reply, Exception):
             raise reply
-        return [
+        messages = [
             Message(
                 reply[i], partition, reply[i + 1], reply[i + 2], reply[i + 3], reply[i + 4],
                 reply[i + 5], reply[i + 6].encode(), int(reply[i + 8]), reply[i + 7] or "job",
             )
             for i in range(0, len(reply), CLAIM_REPLY_STRIDE)
         ]  # fmt: skip
+        return messages, answers
 
     async def record_many(self, results: Sequence[AttemptResult]) -> list[Recorded | Exception]:
         """Record many results in one round trip: one script call per partition
-        (wh_result_batch.lua), then each endpoint's health and attempt log; answer each
+        (wh_result_batch.lua), then one per endpoint for its health and attempt log
+        (wh_ep_record.lua); answer each
         message's new state, and for messages to endpoints the endpoint's new health (or
         the error, for that message alone)."""
         by_partition: dict[int, list[int]] = {}
@@ -294,10 +305,8 @@ class WebhookStore:
         attempts = [_attempt_json(r) for r in results]
         calls = [self._result_call(p, [(results[i], attempts[i]) for i in indices])
                  for p, indices in by_partition.items()]  # fmt: skip
-        outcomes, logs = _endpoint_groups(results, attempts)
-        calls.extend(self.endpoints.health_call(t, e, o) for (t, e), o in outcomes.items())
-        # The endpoints' attempt logs last: their replies are not read.
-        calls.extend(self.endpoints.log_call(t, e, a) for (t, e), a in logs.items())
+        groups = _endpoint_groups(results, attempts)
+        calls.extend(self.endpoints.record_call(t, e, o, a) for (t, e), (o, a) in groups.items())
         replies = await self._run_until_answered(calls, RECORD_RESEND_S)
         statuses: list[Any] = [None] * len(results)
         for indices, reply in zip(by_partition.values(), replies, strict=False):
@@ -305,9 +314,10 @@ class WebhookStore:
                 # A whole call's error (the batch did not run) is each of its messages' error.
                 statuses[i] = reply if isinstance(reply, Exception) else reply[n]
         health: dict[tuple[str, str], Health] = {}
-        health_replies = replies[len(by_partition) : len(by_partition) + len(outcomes)]
-        for group, reply in zip(outcomes, health_replies, strict=True):
-            if not isinstance(reply, Exception):
+        for (group, (outcomes, _)), reply in zip(
+            groups.items(), replies[len(by_partition) :], strict=True
+        ):
+            if outcomes and not isinstance(reply, Exception):
                 health[group] = EndpointStore.parse_health(reply)
         out: list[Recorded | Exception] = []
         for r, status in zip(results, statuses, strict=True):

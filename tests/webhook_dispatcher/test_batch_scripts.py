@@ -15,6 +15,7 @@ from splatq.shared.engine.ids import new_job_id
 from splatq.shared.engine.queue import JobQueue
 from splatq.shared.engine.scripts import ScriptCall, new_request_id
 from splatq.shared.redis.replay import replay_key
+from splatq.shared.webhooks.endpoints import EndpointStore
 from splatq.shared.webhooks.scripts import WebhookScript
 from splatq.shared.webhooks.store import (
     AttemptResult,
@@ -184,6 +185,34 @@ async def test_a_result_batch_whose_reply_is_lost_records_once(
     assert await redis.llen(queue.keys.job_deliveries(job_id)) == 3  # type: ignore[misc]
     assert await redis.xlen(queue.keys.webhook_dead_letters(0)) == 1
     assert await redis.hget(queue.keys.webhook_message(0, claimed[1].id), "attempts") == "0"  # type: ignore[misc]
+
+
+async def test_an_endpoints_results_whose_reply_is_lost_count_once(
+    proxied: JobQueue, proxy: FaultProxy, queue: JobQueue, redis: Redis
+) -> None:
+    """Three failed attempts to one endpoint: their health outcomes and attempt records go
+    in one wh_ep_record.lua call, whose reply is lost. The resend answers from the memo:
+    the failure streak is three, not six, and the attempt log holds three entries."""
+    ep = await EndpointStore(queue).create("acme", "https://93.184.216.34/h", [])
+    fields = [
+        {"id": f"evt_{i:04d}:{ep.id}", "event_id": f"evt_{i:04d}", "event_type": COMPLETED,
+         "job_id": "", "tenant": "acme", "url": "", "payload": "{}", "target": ep.id,
+         "created_ms": "1"}
+        for i in range(3)
+    ]  # fmt: skip
+    await WebhookStore(queue).fan_out(0, [("0-1", fields)])
+    store = WebhookStore(proxied)
+    claimed = await store.claim_due(0, 3, 60_000)
+    results = [AttemptResult(m, "retry", 50, {"attempt": 1}, "503", health="fail")
+               for m in claimed]  # fmt: skip
+    proxy.lose_reply_after(sha(proxied, WebhookScript.WH_EP_RECORD))
+    recorded = await store.record_many(results)
+    assert proxy.lost_replies == 1
+    assert all(isinstance(r, Recorded) and r.health is not None for r in recorded)
+    endpoint = await EndpointStore(queue).get("acme", ep.id)
+    assert endpoint is not None
+    assert endpoint.consecutive_failures == 3
+    assert await redis.xlen(queue.keys.webhook_endpoint_attempts("acme", ep.id)) == 3
 
 
 async def test_one_message_error_in_a_result_batch_leaves_the_others_recorded(

@@ -355,9 +355,8 @@ async def test_every_webhook_script_call_stays_in_one_cluster_slot(
     await store.recover("acme", ep.id, 0)
     await store.delete("acme", ep.id)
     scripts = {name for name, _ in seen}
-    assert {"wh_fanout", "wh_claim_due", "wh_result_batch", "wh_ep_gate", "wh_ep_health",
-            "wh_ep_create", "wh_ep_rotate", "wh_ep_update", "wh_ep_delete",
-            "wh_ep_log"} <= scripts  # fmt: skip
+    assert {"wh_fanout", "wh_claim_due", "wh_result_batch", "wh_ep_gate", "wh_ep_record",
+            "wh_ep_create", "wh_ep_rotate", "wh_ep_update", "wh_ep_delete"} <= scripts  # fmt: skip
     for name, keys in seen:
         assert len({key_slot(k.encode()) for k in keys}) == 1, (name, keys)
 
@@ -372,7 +371,7 @@ async def test_health_folds_a_batch_of_results_in_order(queue: JobQueue) -> None
         return EndpointStore(JobQueue(queue.redis, queue.settings.with_overrides(**overrides)))
 
     async def fold(store: EndpointStore, endpoint_id: str, *outcomes: str) -> str:
-        reply = await store.scripts.run(store.health_call("acme", endpoint_id, outcomes))
+        reply = await store.scripts.run(store.record_call("acme", endpoint_id, outcomes, []))
         return EndpointStore.parse_health(reply).state
 
     streaks = store_with(webhook_breaker_ratio=0.9)
