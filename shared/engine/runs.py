@@ -284,8 +284,9 @@ class Runs(Role):
             by_partition.setdefault(partition_of(f.job_id), []).append(i)
         calls: list[ScriptCall] = []
         members: list[list[int]] = []
+        fair_feed = f"{fairness_of(self.settings).quantum} {self.settings.stream_maxlen}"
         for indices in by_partition.values():
-            parts = [self._finish_parts(requests[i]) for i in indices]
+            parts = [self._finish_parts(requests[i], fair_feed) for i in indices]
             if len(parts) == 1:
                 keys, args = parts[0]
                 calls.append(ScriptCall(Script.FINISH, keys, args))
@@ -311,8 +312,8 @@ class Runs(Role):
                 out[i] = _finish_outcome(r)
         return out
 
-    def _finish_parts(self, f: Finish) -> tuple[list[str], list[Arg]]:
-        """finish.lua's KEYS and ARGV for one exit."""
+    def _finish_parts(self, f: Finish, fair_feed: str) -> tuple[list[str], list[Arg]]:
+        """finish.lua's KEYS and ARGV for one exit; `fair_feed`: 'quantum stream_maxlen'."""
         partition = partition_of(f.job_id)
         keys = [
             self.keys.job(f.job_id),
@@ -320,6 +321,7 @@ class Runs(Role):
             self.keys.stream(partition, f.stream),
             self.keys.events(partition),
             self.keys.delayed(partition),
+            self.keys.for_stage("").stream(partition, f.stream),  # its fair queue's feed
         ]
         if f.claim_key:
             keys.append(f.claim_key)
@@ -347,6 +349,7 @@ class Runs(Role):
             f.request_id,
             f.dead_letter,
             self.settings.dlq_maxlen,
+            fair_feed,
         ]
         for name, value in (f.fields or {}).items():
             args.extend((name, value))

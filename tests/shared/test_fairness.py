@@ -320,3 +320,22 @@ async def test_a_mass_redrive_takes_one_share_not_the_front_of_the_line(
     assert set(first + rest) == live | set(failed)
     backlogs = await queue.tenant_backlogs(0, SYN)
     assert backlogs == {}
+
+
+async def test_a_capped_tenant_waits_for_no_blocking_read_when_its_cap_frees(
+    queue: JobQueue, start_worker: WorkerFactory
+) -> None:
+    """Tenant A capped at 2 with 8 quick jobs and nothing else to do: each commit that frees
+    A's cap makes A's next job ready in the stream, so a worker blocked on the stream (idle
+    slots on every class) wakes at once, instead of after its blocking read's timeout
+    (SPLATQ_FETCH_BLOCK_MS, 3 s here). Before, each pair of jobs waited out one timeout."""
+    ids = [
+        (await queue.enqueue(full("A", i), policy=TenantPolicy(max_running=2))).job_id
+        for i in range(8)
+    ]
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    await start_worker(worker_concurrency=4, interactive_share=0.0, fetch_block_ms=3_000)
+    for job_id in ids:
+        await wait_for_status(queue, job_id, {"completed"}, timeout=60)
+    assert loop.time() - started < 2.5

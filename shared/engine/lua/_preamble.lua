@@ -418,7 +418,12 @@ end
 -- waiting job stops counting as waiting; a counted one frees its tenant's running slot --
 -- once (the flag goes with it) -- and a tenant parked at its cap rejoins the ring. An
 -- uncounted one ('f', the common case) costs nothing here.
-local function fair_release(job_key, job_id, tenant, stream_name, fq)
+-- `feed` (a worker's commit: {entry stream key of the job's class, group, 'quantum maxlen'}):
+-- a tenant rejoining the ring gets one entry made ready there, so a worker blocked on that
+-- stream (idle slots) wakes now rather than after its blocking read's timeout. The other
+-- callers end a job whose entry a worker is about to read or has just read, and that
+-- worker's next take feeds.
+local function fair_release(job_key, job_id, tenant, stream_name, fq, feed)
   if fq ~= '1' and fq ~= 'c' then return end
   if redis.call('HDEL', job_key, 'fq') == 0 then return end
   local base = fq_base(key_tag(job_key), stream_name)
@@ -435,6 +440,11 @@ local function fair_release(job_key, job_id, tenant, stream_name, fq)
     if cap == 0 or running < cap then
       redis.call('HSET', state, 'a:' .. tenant, '1')
       redis.call('RPUSH', base .. ':ring', tenant)
+      if feed then
+        local quantum, maxlen = string.match(feed[3], '^(%d+) (%d+)$')
+        fair_keep_one_ready(key_tag(job_key), stream_name, feed[1], feed[2], tonumber(quantum),
+          maxlen, true)
+      end
     end
   end
 end

@@ -4,7 +4,9 @@
 -- job was taken over commits nothing; one whose lease key merely lapsed while nobody took
 -- the job still commits.
 -- KEYS (one slot): 1 job hash, 2 lease, 3 work stream, 4 events stream, 5 delayed zset,
---                  6 claim key (optional), last: dead-letter stream (when ARGV[19] is set)
+--                  6 the entry stream of the job's class (where its tenant's fair queue
+--                  feeds: the same key as 3 for a whole-job worker), 7 claim key (optional),
+--                  last: dead-letter stream (when ARGV[19] is set)
 -- ARGV: 1 token, 2 entry_id, 3 group, 4 target status, 5 event name ('' = none),
 --       6 event_id, 7 events_maxlen, 8 event extra JSON, 9 retention_ms (terminal only),
 --       10 retry delay ms (retrying only), 11 delayed member, 12 claim status ('' = keep),
@@ -12,7 +14,8 @@
 --       16 handoff idle ms, 17 canceled event name, 18 request id,
 --       19 dead-letter reason ('' = none: a `failed` job whose error a redrive policy may
 --       act on, e.g. CUDA_OUT_OF_MEMORY, is also dead-lettered under that reason),
---       20 dlq_maxlen, 21.. field/value pairs
+--       20 dlq_maxlen, 21 the fair feed's 'quantum stream_maxlen' (a capped tenant's
+--       freed slot makes its next job ready at once: fair_release), 22.. field/value pairs
 -- A staged job's completed or canceled exit also queues its cleanup (stage_cleanup).
 -- Returns {'ok', status} | {'already', status} | {'lease_lost'} | {'illegal', status}
 -- Safe to resend (a lost reply): the job hash keeps `last_commit` = '<request id> <status>'
@@ -51,11 +54,11 @@ local now = now_ms()
 -- Every field of the commit goes out in one HSET (fewer calls inside the script).
 local sets = {}
 if target ~= 'canceled' then
-  for i = 21, #ARGV do sets[#sets + 1] = ARGV[i] end
+  for i = 22, #ARGV do sets[#sets + 1] = ARGV[i] end
 else
   -- A canceled job's artifacts are not committed, whatever the worker computed; the work it
   -- metered (`m.<unit>`, shared/engine/metering.py) is, since it was done.
-  for i = 21, #ARGV, 2 do
+  for i = 22, #ARGV, 2 do
     if string.sub(ARGV[i], 1, 2) == 'm.' then
       sets[#sets + 1] = ARGV[i]
       sets[#sets + 1] = ARGV[i + 1]
@@ -70,7 +73,7 @@ put('status', target); put('updated_at_ms', now); put('lease_until_ms', 0); put(
 put('lease_token', ''); put('last_commit', rid .. ' ' .. target)
 local dlq = nil
 if ARGV[19] ~= '' then dlq = KEYS[#KEYS] end
-local claim_key = KEYS[6]
+local claim_key = KEYS[7]
 if claim_key == dlq then claim_key = nil end
 if dlq and target == 'failed' then
   put('completed_at_ms', now); put('stage', 'dead_lettered')
@@ -91,7 +94,7 @@ if terminal then
   end
   redis.call('PEXPIRE', KEYS[1], ARGV[9])
   if st[10] == '1' then backlog_done(KEYS[1], job_id, st[5], st[6]) end
-  fair_release(KEYS[1], job_id, st[5] or '', st[6], st[11])
+  fair_release(KEYS[1], job_id, st[5] or '', st[6], st[11], {KEYS[6], ARGV[3], ARGV[21]})
   if target ~= 'failed' then
     stage_cleanup(KEYS[1], job_id, st[6], st[12])
   end
