@@ -1,9 +1,9 @@
 """The worker runtime every job-running service builds on (the GPU worker first).
 
-One process consumes both streams through the weighted slot pool, heartbeats every lease in
-one pipelined call per tick, commits outcomes in batches, reaps abandoned entries, promotes
-due retries and drains on SIGTERM. It knows nothing of what a job computes: that is the
-handler's job.
+One process consumes both streams through the weighted slot pool (its fetch loop:
+fetcher.py), heartbeats every lease in one pipelined call per tick, commits outcomes in
+batches, reaps abandoned entries, promotes due retries and drains on SIGTERM. It knows
+nothing of what a job computes: that is the handler's job.
 """
 
 from __future__ import annotations
@@ -11,10 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import random
-import secrets
 import time
-from collections.abc import Awaitable
-from typing import Any
 
 import structlog
 from redis.exceptions import ResponseError
@@ -22,7 +19,7 @@ from redis.exceptions import ResponseError
 from splatq.shared.engine import outcomes
 from splatq.shared.engine.committer import Committer
 from splatq.shared.engine.cpu_priority import ClassExecutors, ThreadSetup
-from splatq.shared.engine.entries import UNKNOWN_JOB, entry_problem
+from splatq.shared.engine.fetcher import ERROR_REPLY_BACKOFF_S, Fetcher
 from splatq.shared.engine.fleet import REDIS_ERRORS, FleetMember, new_consumer_name
 from splatq.shared.engine.job_context import JobContext, JobHandler, run_within
 from splatq.shared.engine.jobs import JobOutcome, JobRecord, StageDone
@@ -48,19 +45,10 @@ from splatq.shared.errors import (
     PermanentError,
     classify,
 )
-from splatq.shared.redis.client import error_reply_kind, is_transient_reply
+from splatq.shared.redis.client import is_transient_reply
 from splatq.shared.settings import Settings
 
 log = structlog.get_logger("splatq.worker")
-
-# How long a worker keeps resending one take/start call whose reply was lost (the replay
-# memo answers the resend with the first execution's reply, so nothing runs twice).
-RESEND_WINDOW_S = 5.0
-# Back-off after an error reply the fetch loop cannot act on (a script error, OOM).
-ERROR_REPLY_BACKOFF_S = 1.0
-# How long the fetch loop waits before looking again when it cannot block (a saturated
-# stream, or several partitions): bounds the start latency of newly arrived work.
-IDLE_POLL_S = 0.05
 
 
 class Worker:
@@ -124,15 +112,24 @@ class Worker:
         self._leases = LeaseKeeper(queue, settings, self.member, self._running, metrics)
         self.member.count(self._handlers_running)
         self.member.describe(self._card)
-        self._slot_freed = asyncio.Event()
         self._stopping = asyncio.Event()
         self._releasing = False
-        self._rotation = 0
-        # The last take was cut short by the next stage's backpressure bound.
-        self._held = False
         self.log = log.bind(consumer=self.consumer)
         self._committer = Committer(queue, self.log, metrics)
-        self._unstarted = Unstarted(queue, self.reaper, metrics, self.log)
+        self._fetcher = Fetcher(
+            queue,
+            self.pool,
+            self.partitions,
+            self.member,
+            self.reaper,
+            Unstarted(queue, self.reaper, metrics, self.log),
+            self._launch,
+            self._release_slot,
+            self._stopping,
+            self.log,
+            settings.fetch_block_ms,
+            metrics,
+        )
         self._upkeep = Upkeep(
             queue,
             self.partitions,
@@ -179,7 +176,7 @@ class Worker:
                 if isinstance(exc, ResponseError) and not is_transient_reply(exc):
                     raise
                 self.log.warning("worker.setup_waiting_for_redis", error=str(exc)[:300])
-                await self._wait_or_stop(asyncio.sleep(ERROR_REPLY_BACKOFF_S))
+                await self._fetcher.wait_or_stop(asyncio.sleep(ERROR_REPLY_BACKOFF_S))
                 if self._stopping.is_set():
                     return
         helpers = [
@@ -194,7 +191,7 @@ class Worker:
             slots={s.value: n for s, n in self.pool.reserved.items()},
         )
         try:
-            await self._fetch_loop()
+            await self._fetcher.run()
             await self._drain()
             await self._flush_commits(self.settings.shutdown_grace_s)
         finally:
@@ -232,167 +229,6 @@ class Worker:
         except TimeoutError:
             self.log.error("worker.commits_unflushed", queued=self._committer.queued())
 
-    # -- fetching ----------------------------------------------------------------------
-
-    async def _fetch_loop(self) -> None:
-        while not self._stopping.is_set():
-            if not self.pool.has_capacity():
-                self._slot_freed.clear()
-                await self._wait_or_stop(self._slot_freed.wait())
-                # Jobs committed in one batch resume together: let them all release their
-                # slots before fetching, so the next read and start are one batch too.
-                await asyncio.sleep(0)
-                continue
-            try:
-                await self._fetch_once()
-            except REDIS_ERRORS as exc:
-                self.log.warning("fetch.redis_unavailable", error=str(exc))
-                await self._wait_or_stop(asyncio.sleep(0.5))
-            except ResponseError as exc:
-                # OOM, READONLY, a script error: the worker keeps its running jobs and tries
-                # again, instead of dying with their results.
-                self.log.error(
-                    "fetch.error_reply", error=str(exc)[:300], transient=is_transient_reply(exc)
-                )
-                if self.metrics is not None:
-                    self.metrics.error_replies.labels("fetch", error_reply_kind(exc)).inc()
-                await self._wait_or_stop(asyncio.sleep(ERROR_REPLY_BACKOFF_S))
-
-    async def _wait_or_stop(self, aw: Awaitable[Any], timeout_s: float | None = None) -> None:
-        waiter = asyncio.ensure_future(aw)
-        stopper = asyncio.ensure_future(self._stopping.wait())
-        await asyncio.wait(
-            {waiter, stopper}, timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED
-        )
-        for f in (waiter, stopper):
-            f.cancel()
-
-    async def _fetch_once(self) -> int:
-        """Reap, then take new work for the free slots; when there is none, wait.
-        Returns how many entries were consumed (started or disposed of)."""
-        consumed = 0
-        drained = set(STREAMS)  # the classes every take found with nothing more ready
-        for partition in self._partition_order():
-            for stream in self.pool.serves:
-                capacity = self.pool.capacity(stream)
-                if capacity and self.reaper.is_due(partition, stream):
-                    taken = await self.reaper.reap_stale_entries(partition, stream, capacity)
-                    consumed += len(taken)
-                    if taken:
-                        drained.discard(stream)
-                    await self._start(taken)
-            took, dry = await self._take(partition)
-            consumed += took
-            drained &= dry
-        room = [s for s in self.pool.serves if self.pool.capacity(s) and s not in drained]
-        if (consumed and room) or self._stopping.is_set():
-            return consumed
-        # Nothing taken, or the classes with room have nothing ready: wait as below (taking
-        # again now was an empty take.lua call after every batch).
-        if self._held:
-            # The next stage is full: a blocking read would take past its bound, so look
-            # again shortly (or when a slot frees) instead.
-            self._held = False
-            self._slot_freed.clear()
-            await self._wait_or_stop(self._slot_freed.wait(), timeout_s=IDLE_POLL_S)
-            return 0
-        if not self.pool.waits_on_all():
-            # A stream is saturated, the others have nothing to do: a blocking read on them
-            # would hold us past the saturated one's next free slot; wait for a slot.
-            self._slot_freed.clear()
-            await self._wait_or_stop(self._slot_freed.wait(), timeout_s=IDLE_POLL_S)
-            return 0
-        # Nothing anywhere and room on every stream: block on one partition for new entries
-        # (one per stream; the next take reads the rest).
-        block_ms = self.settings.fetch_block_ms
-        if len(self.partitions) > 1:
-            block_ms = min(block_ms, int(IDLE_POLL_S * 1000))
-        partition = self.partitions[self._rotation % len(self.partitions)]
-        return await self._start(
-            await self.queue.wait_for_new(partition, self.pool.serves, self.consumer, block_ms)
-        )
-
-    def _partition_order(self) -> list[int]:
-        self._rotation += 1
-        k = self._rotation % len(self.partitions)
-        return list(self.partitions[k:] + self.partitions[:k])
-
-    async def _take(self, partition: int) -> tuple[int, set[StreamName]]:
-        """Read and start new entries for the free slots (take.lua: one round trip): how many
-        it consumed (duplicates, dead letters included), and the classes it found drained."""
-        drained: set[StreamName] = set()
-        if not self.pool.has_capacity():
-            return 0, set(STREAMS)
-        taken = await self.queue.take(
-            partition,
-            self.pool.guaranteed_counts(),
-            self.pool.lendable,
-            self.consumer,
-            resend_for_s=RESEND_WINDOW_S,
-            running=self.member.running(),
-        )
-        markers = 0
-        for t in taken:
-            if t.outcome in (Reply.HELD, Reply.DRAINED):
-                if t.outcome == Reply.HELD:
-                    self._held = True
-                else:
-                    drained.add(t.entry.stream)
-                markers += 1
-                continue
-            if self.metrics is not None:
-                self.metrics.deliveries.labels(t.entry.stream.value, t.outcome).inc()
-            if t.outcome == Reply.STARTED and t.job is not None:
-                self.pool.acquire(t.entry.stream)
-                self._launch(t.entry, t.token, t.job)
-            elif t.outcome == Reply.RAW:
-                problem = entry_problem(t.entry.fields, partition)
-                await self.reaper.dead_letter_entry(
-                    t.entry, *(problem or (UNKNOWN_JOB, "no job record for this entry"))
-                )
-            else:
-                await self._unstarted.handle(t.entry, t.token, t.outcome, t.detail)
-        return len(taken) - markers, drained
-
-    async def _start(self, entries: list[StreamEntry]) -> int:
-        """Lease and start delivered entries; malformed ones go to the dead-letter stream."""
-        if not entries:
-            return 0
-        valid: list[StreamEntry] = []
-        for entry in entries:
-            problem = entry_problem(entry.fields, entry.partition)
-            if problem is not None:
-                await self.reaper.dead_letter_entry(entry, *problem)
-                continue
-            valid.append(entry)
-            self.pool.acquire(entry.stream)
-        tokens = [secrets.token_hex(12) for _ in valid]
-        try:
-            results = await self.queue.start_many(
-                valid,
-                tokens,
-                self.consumer,
-                resend_for_s=RESEND_WINDOW_S,
-                running=self.member.running() + len(valid),
-            )
-        except REDIS_ERRORS:
-            # Unknown whether the scripts ran: the entries stay pending and any lease taken
-            # expires, so the reaper recovers them. Only the slots are ours to give back.
-            for entry in valid:
-                self._release_slot(entry.stream)
-            raise
-        started = 0
-        for entry, token, result in zip(valid, tokens, results, strict=True):
-            if self.metrics is not None:
-                self.metrics.deliveries.labels(entry.stream.value, result.outcome).inc()
-            if result.outcome == Reply.STARTED and result.job is not None:
-                self._launch(entry, token, result.job)
-                started += 1
-                continue
-            self._release_slot(entry.stream)
-            await self._unstarted.handle(entry, token, result.outcome, result.detail)
-        return started
-
     def _runs_here(self, entry: StreamEntry) -> bool:
         """True when this worker runs this very entry's job under a lease it still holds:
         the reaper must leave it to the heartbeat (which re-takes a lapsed lease nobody else
@@ -406,7 +242,7 @@ class Worker:
 
     def _release_slot(self, stream: StreamName) -> None:
         self.pool.release(stream)
-        self._slot_freed.set()
+        self._fetcher.slot_freed()
         if self.metrics is not None:
             self.metrics.slots_in_use.labels(stream.value).set(self.pool.running[stream])
 
