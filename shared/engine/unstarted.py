@@ -36,6 +36,16 @@ class Unstarted:
             await self.reaper.dead_letter_entry(entry, UNKNOWN_JOB, "no job record for this entry")
         elif outcome == Reply.DEAD_LETTERED:
             self._count_corrupt(entry, detail)
+        elif outcome == Reply.ERROR:
+            # Started, but its record could not be read back (an error reply that waiting
+            # does not cure, e.g. NOPERM). Not run here; its lease lapses and the reaper
+            # delivers it again, up to the delivery limit, then dead-letters it.
+            self.log.error(
+                "job.started_record_unreadable",
+                entry_id=entry.entry_id,
+                job_id=entry.fields.get("job"),
+                detail=detail,
+            )
         else:
             self.log.info(
                 "entry.not_started",

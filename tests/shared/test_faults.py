@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+import structlog
 from redis.asyncio import Redis
 
 from splatq.shared.engine.fairness import TenantPolicy
@@ -14,7 +15,9 @@ from splatq.shared.engine.job_context import JobContext
 from splatq.shared.engine.jobs import JobOutcome, JobSpec
 from splatq.shared.engine.keys import StreamName
 from splatq.shared.engine.queue import JobQueue
+from splatq.shared.engine.reaper import Reaper
 from splatq.shared.engine.scripts import Script
+from splatq.shared.engine.unstarted import Unstarted
 from splatq.shared.engine.worker import Worker
 from splatq.shared.errors import CORRUPT_JOB_RECORD, INVALID_OUTCOME
 from splatq.shared.redis.client import connect
@@ -118,6 +121,42 @@ async def test_a_record_taken_over_before_its_read_is_not_handed_over(
     assert reads[1].detail.startswith("unreadable job record")
     assert reads[2].job is not None
     assert reads[2].job.id == ids[2]
+
+
+async def test_a_started_record_refused_for_good_is_an_error_at_once(
+    own_server: RedisServer, settings: Settings
+) -> None:
+    """The worker's Redis user may not read records (an ACL without HGETALL: NOPERM, an
+    error reply that waiting does not cure): the take's start happens, its record read
+    answers `error` at once instead of being re-read for the whole resend window, and the
+    worker logs it as an error (the job is not run; its lease lapses and the reaper
+    delivers it again, up to the delivery limit)."""
+    admin = connect(own_server.url)
+    await admin.execute_command(
+        "ACL", "SETUSER", "worker", "on", "nopass", "~*", "&*", "+@all", "-hgetall"
+    )
+    url = own_server.url.replace("redis://", "redis://worker:x@")
+    client = connect(url)
+    queue = JobQueue(client, settings.with_overrides(redis_url=url))
+    try:
+        await queue.setup()
+        job_id = (await queue.enqueue(spec())).job_id
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        taken = await queue.take(0, {StreamName.INTERACTIVE: 1}, 0, "c1", resend_for_s=5)
+        assert loop.time() - started < 2.0
+        assert [t.outcome for t in taken] == ["error"]
+        assert "NOPERM" in taken[0].detail or "permission" in taken[0].detail.lower()
+        assert await admin.hget(queue.keys.job(job_id), "status") == "processing"  # type: ignore[misc]
+        with structlog.testing.capture_logs() as logs:
+            unstarted = Unstarted(queue, Reaper(queue, "c1", 1.0), None, structlog.get_logger())
+            await unstarted.handle(taken[0].entry, taken[0].token, "error", taken[0].detail)
+        assert [(e["event"], e["log_level"]) for e in logs] == [
+            ("job.started_record_unreadable", "error")
+        ]
+    finally:
+        await client.aclose()
+        await admin.aclose()
 
 
 async def test_take_that_fed_jobs_and_lost_its_reply_feeds_them_once(
