@@ -11,6 +11,7 @@ import pytest
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from redis.asyncio import Redis
 
+from splatq.shared.engine.fairness import TenantPolicy
 from splatq.shared.engine.ids import partition_of
 from splatq.shared.engine.jobs import JobSpec
 from splatq.shared.engine.keys import StreamName
@@ -484,3 +485,22 @@ async def test_a_tenants_flood_does_not_put_another_tenant_behind_it_in_later_st
         assert finished >= 8, finished  # all, or all but the one or two ingest was running
     for r in flood:
         await wait_for_status(queue, r.job_id, {"completed"}, timeout=15)
+
+
+async def test_a_capped_tenants_next_job_enters_the_pipeline_when_its_last_stage_commits(
+    queue: JobQueue, toy: ToyStages, start_stages: StagesFactory
+) -> None:
+    """Tenant A capped at one job at a time, four previews, every stage running in one
+    process with a 3 s blocking read: the commit that ends a job in its last stage frees the
+    cap and makes A's next job ready in the entry stream, so the idle ingest worker starts
+    it at once. Before, each next job waited out the ingest worker's blocking read (over 9 s
+    for four)."""
+    capped = TenantPolicy(max_running=1)
+    ids = [(await queue.enqueue(staged_spec(n=i), policy=capped)).job_id for i in range(4)]
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    await start_stages(toy, "all", fetch_block_ms=3_000)
+    for job_id in ids:
+        job = await wait_for_status(queue, job_id, {"completed", "failed"}, timeout=60)
+        assert job.status.value == "completed", job.error
+    assert loop.time() - started < 6.0
