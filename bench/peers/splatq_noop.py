@@ -64,14 +64,16 @@ def worker_command(
     concurrency: int,
     fair: bool = True,
     runs: tuple[str, ...] = ("--handler", "bench.peers.splatq_noop:make"),
+    extra: tuple[str, ...] = (),
 ) -> list[str]:
     """One `splatq worker` process running `runs` (its handler options); its settings
-    travel as SPLATQ_* variables via env(1)."""
+    travel as SPLATQ_* variables via env(1), `extra` ('NAME=value') among them."""
     return [
         "env",
         f"SPLATQ_REDIS_URL={redis_url}",
         f"SPLATQ_FAIR_SCHEDULING={int(fair)}",
         f"SPLATQ_WORKER_CONCURRENCY={concurrency}",
+        *extra,
         "SPLATQ_LOG_LEVEL=warning",
         "SPLATQ_LOG_FORMAT=json",
         sys.executable,

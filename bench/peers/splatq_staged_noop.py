@@ -59,10 +59,17 @@ async def enqueue(redis_url: str, n_jobs: int) -> None:
 
 
 def worker_command(redis_url: str, concurrency: int) -> list[str]:
+    """Every stage in one process, each with `concurrency` slots, and the backpressure bound
+    above them as docs/operations.md asks (SPLATQ_STAGE_BUFFER counts a stage's running
+    jobs: the default 32 under 50 slots held every stage back and polled)."""
     stages = ",".join(s.value for s in ALL_STAGES)
     handlers = "bench.peers.splatq_staged_noop:make"
+    buffer = max(32, 2 * concurrency)
     return splatq_noop.worker_command(
-        redis_url, concurrency, runs=("--stages", stages, "--stage-handlers", handlers)
+        redis_url,
+        concurrency,
+        runs=("--stages", stages, "--stage-handlers", handlers),
+        extra=(f"SPLATQ_STAGE_BUFFER={buffer}",),
     )
 
 

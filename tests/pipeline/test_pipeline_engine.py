@@ -8,6 +8,7 @@ import asyncio
 from dataclasses import replace
 
 import pytest
+import structlog
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from redis.asyncio import Redis
 
@@ -504,3 +505,24 @@ async def test_a_capped_tenants_next_job_enters_the_pipeline_when_its_last_stage
         job = await wait_for_status(queue, job_id, {"completed", "failed"}, timeout=60)
         assert job.status.value == "completed", job.error
     assert loop.time() - started < 6.0
+
+
+async def test_a_stage_buffer_below_the_stages_slots_is_said_at_start(
+    toy: ToyStages, start_stages: StagesFactory
+) -> None:
+    """SPLATQ_STAGE_BUFFER counts a stage's own running jobs, so a stage with more slots than
+    the buffer can never fill them: each such stage worker says so once as it starts (with
+    a next stage to hold it back; publish, the last, has none)."""
+    with structlog.testing.capture_logs() as logs:
+        await start_stages(toy, "ingest,render,publish", stage_buffer=4, worker_concurrency=8)
+
+        async def all_started() -> bool:
+            return sum(e["event"] == "worker.started" for e in logs) == 3
+
+        await eventually(all_started)
+    warned = [e for e in logs if e["event"] == "stage.buffer_below_slots"]
+    assert sorted((e["stage"], e["slots"], e["stage_buffer"]) for e in warned) == [
+        ("ingest", 8, 4),
+        ("render", 8, 4),
+    ]
+    assert all(e["log_level"] == "warning" for e in warned)
