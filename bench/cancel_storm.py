@@ -20,7 +20,6 @@ import argparse
 import asyncio
 import os
 import platform
-import signal
 import sys
 import tempfile
 import time
@@ -28,6 +27,7 @@ from pathlib import Path
 
 from redis.asyncio import Redis
 
+from bench.processes import stop_process
 from splatq.shared.engine.job_context import JobContext, JobHandler
 from splatq.shared.engine.jobs import JobOutcome, JobSpec
 from splatq.shared.engine.keys import StreamName
@@ -123,13 +123,8 @@ async def _one(
                 await asyncio.sleep(0.005)
             return timeout_s * 1000, cancel_rate, lrem_us
         finally:
-            if worker is not None and worker.returncode is None:
-                worker.send_signal(signal.SIGTERM)
-                try:
-                    await asyncio.wait_for(worker.wait(), 10)
-                except TimeoutError:
-                    os.killpg(worker.pid, signal.SIGKILL)
-                    await worker.wait()
+            if worker is not None:
+                await stop_process(worker)
             await client.aclose()
             await server.stop()
 

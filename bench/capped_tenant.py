@@ -18,7 +18,6 @@ import argparse
 import asyncio
 import os
 import platform
-import signal
 import statistics
 import sys
 import tempfile
@@ -26,6 +25,7 @@ import time
 from pathlib import Path
 
 from bench.fairness import SERVICE_ENV, _drained
+from bench.processes import stop_process
 from splatq.shared.engine.fairness import TenantPolicy
 from splatq.shared.engine.jobs import JobSpec
 from splatq.shared.engine.queue import JobQueue
@@ -88,13 +88,7 @@ async def _one_round(args: argparse.Namespace) -> dict[str, float]:
                 "gap_max": max(gaps) if gaps else 0.0,
             }
         finally:
-            if worker.returncode is None:
-                worker.send_signal(signal.SIGTERM)
-                try:
-                    await asyncio.wait_for(worker.wait(), 10)
-                except TimeoutError:
-                    os.killpg(worker.pid, signal.SIGKILL)
-                    await worker.wait()
+            await stop_process(worker)
             await client.aclose()
             await server.stop()
 

@@ -16,13 +16,13 @@ import argparse
 import asyncio
 import os
 import platform
-import signal
 import statistics
 import sys
 import tempfile
 import time
 from pathlib import Path
 
+from bench.processes import stop_process
 from splatq.shared.engine.job_context import JobContext, JobHandler
 from splatq.shared.engine.jobs import JobOutcome, JobSpec
 from splatq.shared.engine.keys import STREAMS
@@ -119,13 +119,7 @@ async def _one_mode(args: argparse.Namespace, fair: bool) -> dict[str, float]:
                 "jobs_per_s": len(ids) / elapsed if elapsed else 0.0,
             }
         finally:
-            if worker.returncode is None:
-                worker.send_signal(signal.SIGTERM)
-                try:
-                    await asyncio.wait_for(worker.wait(), 10)
-                except TimeoutError:
-                    os.killpg(worker.pid, signal.SIGKILL)
-                    await worker.wait()
+            await stop_process(worker)
             await client.aclose()
             await server.stop()
 

@@ -8,15 +8,15 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import os
 import re
-import signal
 import time
 from collections.abc import Awaitable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
+
+from bench.processes import stop_process
 
 from . import saq_noop, splatq_fifo_noop, splatq_noop, splatq_staged_noop, taskiq_noop
 
@@ -154,23 +154,6 @@ def _per_job(stats: dict[str, tuple[int, int]], n: int) -> dict[str, tuple[float
     return {k: (c / n, u / n) for k, (c, u) in stats.items() if k not in skip}
 
 
-async def _stop(proc: asyncio.subprocess.Process) -> None:
-    """SIGTERM the worker, then SIGKILL its whole session if it is alive after TERM_GRACE_S.
-
-    The taskiq worker is a manager process with one child; the manager forwards SIGTERM, but a
-    SIGKILLed manager would orphan the child, hence the process-group kill.
-    """
-    if proc.returncode is None:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            await asyncio.wait_for(proc.wait(), TERM_GRACE_S)
-        except TimeoutError:
-            print(f"  worker {proc.pid} ignored SIGTERM for {TERM_GRACE_S:.0f} s; SIGKILL")
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(proc.pid, signal.SIGKILL)  # its own session (start_new_session=True)
-    await proc.wait()
-
-
 async def check(
     peer: Peer, redis_url: str, n_jobs: int, concurrency: int, verbose: bool = True
 ) -> Measurement:
@@ -213,7 +196,7 @@ async def check(
                 raise TimeoutError(f"{peer.NAME}: {left} jobs left after {DRAIN_TIMEOUT_S:.0f} s")
             await asyncio.sleep(POLL_S)
     finally:
-        await _stop(proc)
+        await stop_process(proc, TERM_GRACE_S)
         # What the finished jobs leave behind, after the worker has gone (its own connection
         # and consumer state go with it).
         retained = (await _redis_memory(redis_url) - mem0) / n_jobs
