@@ -45,19 +45,27 @@ def _strings(reply: Any) -> list[str]:
     return [x.decode() if isinstance(x, bytes) else str(x) for x in reply]
 
 
+async def _endpoint_in(
+    queue: JobQueue, redis: Redis, fields: dict[str, Any]
+) -> tuple[EndpointStore, str, str, dict[str, str]]:
+    """A new endpoint of acme with `fields` set on its hash: the store, its id, its key, and
+    the hash as it then is."""
+    store = EndpointStore(queue)
+    ep = await store.create("acme", "https://93.184.216.34/h", [])
+    key = queue.keys.webhook_endpoint("acme", ep.id)
+    if fields:
+        await redis.hset(key, mapping=fields)  # type: ignore[misc]
+    return store, ep.id, key, await redis.hgetall(key)  # type: ignore[misc]
+
+
 @pytest.mark.parametrize("state", sorted(READ_ONLY_STATES))
 async def test_a_peek_answers_as_the_gate_where_the_gate_only_reads(
     queue: JobQueue, redis: Redis, state: str
 ) -> None:
-    store = EndpointStore(queue)
-    ep = await store.create("acme", "https://93.184.216.34/h", [])
-    key = queue.keys.webhook_endpoint("acme", ep.id)
-    if READ_ONLY_STATES[state]:
-        await redis.hset(key, mapping=READ_ONLY_STATES[state])  # type: ignore[misc]
-    before = await redis.hgetall(key)  # type: ignore[misc]
-    peeked = await store.scripts.run(store.gate_call("acme", ep.id, peek=True))
+    store, ep_id, key, before = await _endpoint_in(queue, redis, READ_ONLY_STATES[state])
+    peeked = await store.scripts.run(store.gate_call("acme", ep_id, peek=True))
     assert await redis.hgetall(key) == before  # type: ignore[misc]
-    gated = await store.scripts.run(store.gate_call("acme", ep.id))
+    gated = await store.scripts.run(store.gate_call("acme", ep_id))
     assert _strings(peeked)[:5] == _strings(gated)[:5]
     assert EndpointStore.parse_gate(peeked, 3) == EndpointStore.parse_gate(gated, 3)
     assert await redis.hgetall(key) == before  # type: ignore[misc]
@@ -67,17 +75,13 @@ async def test_a_peek_answers_as_the_gate_where_the_gate_only_reads(
 async def test_a_peek_asks_where_the_gate_would_take_the_probe(
     queue: JobQueue, redis: Redis, state: str
 ) -> None:
-    store = EndpointStore(queue)
-    ep = await store.create("acme", "https://93.184.216.34/h", [])
-    key = queue.keys.webhook_endpoint("acme", ep.id)
-    await redis.hset(key, mapping=PROBE_STATES[state])  # type: ignore[misc]
-    before = await redis.hgetall(key)  # type: ignore[misc]
-    peeked = await store.scripts.run(store.gate_call("acme", ep.id, peek=True))
+    store, ep_id, key, before = await _endpoint_in(queue, redis, PROBE_STATES[state])
+    peeked = await store.scripts.run(store.gate_call("acme", ep_id, peek=True))
     assert _strings(peeked) == [ASK]
     assert EndpointStore.parse_gate(peeked, 2) is None
     assert await redis.hgetall(key) == before  # type: ignore[misc]
     # The gate itself then takes the probe: one message probes, the others wait.
-    gated = EndpointStore.parse_gate(await store.scripts.run(store.gate_call("acme", ep.id)), 2)
+    gated = EndpointStore.parse_gate(await store.scripts.run(store.gate_call("acme", ep_id)), 2)
     assert gated is not None
     assert [g.verdict for g in gated] == ["probe", "defer"]
     fields = await redis.hmget(key, ["circuit", "probe_until_ms"])  # type: ignore[misc]
