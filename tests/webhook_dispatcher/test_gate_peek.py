@@ -67,7 +67,16 @@ async def test_a_peek_answers_as_the_gate_where_the_gate_only_reads(
     assert await redis.hgetall(key) == before  # type: ignore[misc]
     gated = await store.scripts.run(store.gate_call("acme", ep_id))
     assert _strings(peeked)[:5] == _strings(gated)[:5]
-    assert EndpointStore.parse_gate(peeked, 3) == EndpointStore.parse_gate(gated, 3)
+    as_peeked, as_gated = EndpointStore.parse_gate(peeked, 3), EndpointStore.parse_gate(gated, 3)
+    assert as_peeked is not None
+    assert as_gated is not None
+    # The same verdicts and what signing needs; a half-open deferral runs from each call's
+    # own clock (`now` + the deferral), so those two may be a few ms apart.
+    assert [(g.verdict, g.url, g.secrets, g.reason, dict(g.headers)) for g in as_peeked] == [
+        (g.verdict, g.url, g.secrets, g.reason, dict(g.headers)) for g in as_gated
+    ]
+    for p, g in zip(as_peeked, as_gated, strict=True):
+        assert 0 <= g.until_ms - p.until_ms <= 1_000
     assert await redis.hgetall(key) == before  # type: ignore[misc]
 
 
