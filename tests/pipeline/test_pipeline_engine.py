@@ -504,7 +504,7 @@ async def test_a_capped_tenants_next_job_enters_the_pipeline_when_its_last_stage
     for job_id in ids:
         job = await wait_for_status(queue, job_id, {"completed", "failed"}, timeout=60)
         assert job.status.value == "completed", job.error
-    assert loop.time() - started < 6.0
+    assert loop.time() - started < 7.5  # before: ~9 s (three blocking reads waited out)
 
 
 async def test_a_stage_buffer_below_the_stages_slots_is_said_at_start(
