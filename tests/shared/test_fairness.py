@@ -339,3 +339,30 @@ async def test_a_capped_tenant_waits_for_no_blocking_read_when_its_cap_frees(
     for job_id in ids:
         await wait_for_status(queue, job_id, {"completed"}, timeout=60)
     assert loop.time() - started < 5.0  # before: ~9 s (three blocking reads waited out)
+
+
+async def test_a_commit_that_frees_a_cap_commits_even_when_the_feed_fails(
+    redis: Redis, queue: JobQueue
+) -> None:
+    """The feed a freed cap triggers is an optimisation (the next take feeds anyway): with
+    the tenant's fair queue corrupt (another type under its key, so the feed's LPOP fails),
+    the commit still completes the job and emits its event -- the feed's error must not
+    stop the commit half-way."""
+    capped = TenantPolicy(max_running=1)
+    ids = [(await queue.enqueue(full("A", i), policy=capped)).job_id for i in range(2)]
+    [first] = await take_one(queue)
+    assert first.job is not None
+    assert first.job.id == ids[0]
+    tenant_queue = queue.keys.fair_queue(0, SYN, "A")
+    await redis.delete(tenant_queue)
+    await redis.set(tenant_queue, "not a list")
+    [(outcome, status)] = await queue.finish_many(
+        [Finish(ids[0], first.entry.stream, first.entry.entry_id, first.token, "completed",
+                event=EventType.COMPLETED.value)]
+    )  # fmt: skip
+    assert (outcome, status) == ("ok", "completed")
+    job = await queue.get(ids[0])
+    assert job is not None
+    assert job.status.value == "completed"
+    history = await redis.lrange(queue.keys.job(ids[0]) + ":h", 0, -1)  # type: ignore[misc]
+    assert any("\tcompleted\t" in item for item in history)

@@ -441,9 +441,11 @@ local function fair_release(job_key, job_id, tenant, stream_name, fq, feed)
       redis.call('HSET', state, 'a:' .. tenant, '1')
       redis.call('RPUSH', base .. ':ring', tenant)
       if feed then
+        -- Under pcall: the feed only saves a blocked worker its wait (the next take feeds
+        -- anyway), so an error in it (corrupt fair-queue data) must not stop the commit.
         local quantum, maxlen = string.match(feed[3], '^(%d+) (%d+)$')
-        fair_keep_one_ready(key_tag(job_key), stream_name, feed[1], feed[2], tonumber(quantum),
-          maxlen, true)
+        pcall(fair_keep_one_ready, key_tag(job_key), stream_name, feed[1], feed[2],
+          tonumber(quantum), maxlen, true)
       end
     end
   end
