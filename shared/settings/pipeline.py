@@ -190,7 +190,8 @@ class WorkerSettings(LeaseSettings):
         "SPLATQ_STAGE_BUFFER",
         32,
         doc="backpressure: per class and partition, jobs running in a stage plus waiting for the"
-        " next before the stage stops taking work (0 = none)",
+        " next before the stage stops taking work (0 = none); keep it above a stage's slots (a"
+        " stage worker with more logs `stage.buffer_below_slots`)",
     )
     # CPU priority of synthesis work (docs/architecture.md#cpu-priority); measured in
     # docs/benchmarks.md#staged-pipeline.
