@@ -15,7 +15,7 @@ import os
 import random
 import socket
 import time
-from collections.abc import Coroutine, Mapping, Sequence
+from collections.abc import Coroutine
 from typing import Any
 
 import aiohttp
@@ -23,6 +23,7 @@ import structlog
 from redis.exceptions import RedisError
 
 from splatq.services.webhook_dispatcher.collector import tuned_collector
+from splatq.services.webhook_dispatcher.gates import Endpoint, Gatekeeper
 from splatq.services.webhook_dispatcher.messages import messages_of, target_key, tenant_key
 from splatq.services.webhook_dispatcher.metrics import DispatcherMetrics
 from splatq.services.webhook_dispatcher.policy import (
@@ -38,7 +39,6 @@ from splatq.shared.backoff import Backoff
 from splatq.shared.engine.batcher import Batcher
 from splatq.shared.engine.ids import is_job_id
 from splatq.shared.engine.queue import JobQueue
-from splatq.shared.engine.scripts import ScriptCall
 from splatq.shared.redis.client import is_transient_reply
 from splatq.shared.webhooks.endpoints import Gate, Health
 from splatq.shared.webhooks.signing import signed_headers
@@ -54,7 +54,6 @@ from splatq.shared.webhooks.store import (
 log = structlog.get_logger("splatq.dispatcher")
 EVENTS_RECLAIM_IDLE_MS = 30_000
 CLAIM_BATCH = 100
-ENDPOINT_TENANTS_KEPT = 10_000
 SECRET_CACHE_S = 5.0
 BUSY_DEFER_MS = 200
 FIRST_LOOK_MS = 20
@@ -93,8 +92,7 @@ class Dispatcher:
         # its capacity is booked (ms).
         self._latency_ms: dict[str, float] = {}
         self._booked: dict[str, float] = {}
-        # Endpoint id -> its tenant, as seen on claimed messages (for the gate peeks).
-        self._endpoint_tenant: dict[str, str] = {}
+        self.gatekeeper = Gatekeeper(self.store.endpoints, queue.scripts)
 
     def stop(self) -> None:
         self._stopping.set()
@@ -226,13 +224,14 @@ class Dispatcher:
         try:
             # Finding the due messages and claiming them is one script call (Redis's clock);
             # the gates of their endpoints are peeked at in the same round trip.
-            peeked: list[tuple[str, str]] = []
+            peeked: list[Endpoint] = []
             claimed, peeks = await self.store.claim_due_with(
-                partition, free, visibility_ms, functools.partial(self._peek_calls, peeked)
+                partition,
+                free,
+                visibility_ms,
+                functools.partial(self.gatekeeper.peek_calls, peeked=peeked),
             )
-            for message in claimed:
-                if message.endpoint_id:
-                    self._remember_tenant(message)
+            self.gatekeeper.remember(claimed)
             # Shares before the breaker's gate: a message that waits anyway costs no gate
             # call and takes no half-open probe.
             for message in claimed:
@@ -242,7 +241,7 @@ class Dispatcher:
                 else:
                     self._count(message, 1)
                     admitted.append(message)
-            gates = await self._gates(admitted, dict(zip(peeked, peeks, strict=True)))
+            gates = await self.gatekeeper.gates(admitted, dict(zip(peeked, peeks, strict=True)))
         except BaseException:
             for message in admitted:
                 self._count(message, -1)
@@ -310,59 +309,6 @@ class Dispatcher:
             await self._slots.acquire()  # free: returns at once
             taken += 1
         return taken
-
-    def _peek_calls(self, peeked: list[tuple[str, str]], ids: Sequence[str]) -> list[ScriptCall]:
-        """Gate peeks for the candidates' endpoints whose tenant this process has seen (an
-        endpoint's tenant never changes; its id is the message id's suffix), noted in
-        `peeked`: they go in the claim's round trip, so a batch to endpoints with closed
-        circuits is claimed, gated and sent after one round trip, not two."""
-        for message_id in ids:
-            endpoint_id = message_id.rpartition(":")[2]
-            tenant = self._endpoint_tenant.get(endpoint_id)
-            if tenant is not None and (tenant, endpoint_id) not in peeked:
-                peeked.append((tenant, endpoint_id))
-        return [self.store.endpoints.gate_call(t, e, peek=True) for t, e in peeked]
-
-    def _remember_tenant(self, m: Message) -> None:
-        if len(self._endpoint_tenant) >= ENDPOINT_TENANTS_KEPT:
-            self._endpoint_tenant.clear()  # rebuilt from the next claims
-        self._endpoint_tenant[m.endpoint_id] = m.tenant
-
-    async def _gates(
-        self, messages: list[Message], peeks: Mapping[tuple[str, str], Any]
-    ) -> dict[str, Gate]:
-        """For messages to endpoints: may each be sent now, where, signed with what? A
-        peek taken beside the claim answers for its (tenant, endpoint) where it could (it
-        wrote nothing: a closed circuit, an open one not yet due, a disabled or deleted
-        endpoint); the rest get one gate call per endpoint (the breaker's check-and-take,
-        which may take the half-open probe), one round trip in all."""
-        groups: dict[tuple[str, str], list[Message]] = {}
-        for m in messages:
-            if m.endpoint_id:
-                groups.setdefault((m.tenant, m.endpoint_id), []).append(m)
-        endpoints = self.store.endpoints
-        gates: dict[str, Gate] = {}
-        for group, members in list(groups.items()):
-            peek = peeks.get(group)
-            peeked = None if peek is None or isinstance(peek, Exception) else (
-                endpoints.parse_gate(peek, len(members)))  # fmt: skip
-            if peeked is not None:
-                gates.update((m.id, gate) for m, gate in zip(members, peeked, strict=True))
-                del groups[group]
-        if not groups:
-            return gates
-        replies = await self.queue.scripts.run_many(
-            [endpoints.gate_call(tenant, endpoint_id) for tenant, endpoint_id in groups]
-        )
-        for members, reply in zip(groups.values(), replies, strict=True):
-            if isinstance(reply, Exception):
-                raise reply
-            verdicts = endpoints.parse_gate(reply, len(members))
-            if verdicts is None:  # only a peek answers ASK
-                raise RuntimeError("wh_ep_gate answered 'ask' to a gate call")
-            for m, gate in zip(members, verdicts, strict=True):
-                gates[m.id] = gate
-        return gates
 
     def _hold_back(self, m: Message, gate: Gate) -> None:
         """A message not sent now: its endpoint's circuit is open, or its target or its

@@ -123,7 +123,7 @@ async def test_a_peek_taken_for_another_tenant_is_never_used(
     peek = await store.scripts.run(store.gate_call("other", ep.id, peek=True))
     dispatcher = Dispatcher(JobQueue(redis, settings))
     message = Message(f"evt_1:{ep.id}", 0, "evt_1", COMPLETED, "", "acme", "", b"{}", 1, ep.id)
-    gates = await dispatcher._gates([message], {("other", ep.id): peek})
+    gates = await dispatcher.gatekeeper.gates([message], {("other", ep.id): peek})
     assert gates[message.id].url == "https://93.184.216.34/acme"
     assert gates[message.id].secrets == (ep.secret,)
 
