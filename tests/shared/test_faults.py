@@ -9,12 +9,14 @@ import asyncio
 import pytest
 import structlog
 from redis.asyncio import Redis
+from redis.exceptions import ConnectionError as RedisConnectionError
 
+from splatq.shared.engine.events import EventType
 from splatq.shared.engine.fairness import TenantPolicy
 from splatq.shared.engine.job_context import JobContext
 from splatq.shared.engine.jobs import JobOutcome, JobSpec
 from splatq.shared.engine.keys import StreamName
-from splatq.shared.engine.queue import JobQueue
+from splatq.shared.engine.queue import Finish, JobQueue
 from splatq.shared.engine.reaper import Reaper
 from splatq.shared.engine.scripts import Script
 from splatq.shared.engine.unstarted import Unstarted
@@ -174,6 +176,34 @@ async def test_take_that_fed_jobs_and_lost_its_reply_feeds_them_once(
     base = f"{proxied.keys.tag(0)}:fq:interactive"
     assert await proxied.redis.zcard(f"{base}:waiting") == 0
     assert await proxied.redis.hget(f"{base}:state", "r:acme") == "3"
+
+
+async def test_a_commit_that_freed_a_cap_and_lost_its_reply_feeds_once(
+    proxied: JobQueue, proxy: FaultProxy
+) -> None:
+    """A capped tenant's commit frees its slot and makes its next job ready (the feed in
+    finish.lua); the reply is lost. The resend answers from the record's `last_commit` and
+    feeds nothing more: one entry ready, the next job counted once."""
+    capped = TenantPolicy(max_running=1)
+    ids = [(await proxied.enqueue(spec(n=i), policy=capped)).job_id for i in range(3)]
+    [first] = await proxied.take(0, {StreamName.INTERACTIVE: 1}, 0, "c1")
+    assert first.job is not None
+    finish = Finish(first.job.id, first.entry.stream, first.entry.entry_id, first.token,
+                    "completed", event=EventType.COMPLETED.value)  # fmt: skip
+    proxy.lose_reply_after(sha(proxied, Script.FINISH))
+    try:
+        answer = await proxied.finish_many([finish])
+    except RedisConnectionError:
+        answer = await proxied.finish_many([finish])  # the resend: same request id
+    assert proxy.lost_replies == 1
+    assert answer == [("ok", "completed")]
+    stream = proxied.keys.stream(0, StreamName.INTERACTIVE)
+    pending = await proxied.redis.xpending(stream, proxied.group)
+    assert int(await proxied.redis.xlen(stream)) - int(pending["pending"]) == 1
+    base = f"{proxied.keys.tag(0)}:fq:interactive"
+    assert await proxied.redis.hget(f"{base}:state", "r:acme") == "1"
+    assert await proxied.redis.hget(proxied.keys.job(ids[1]), "fq") == "c"
+    assert await proxied.redis.hget(proxied.keys.job(ids[2]), "fq") == "1"  # still waiting
 
 
 async def test_dead_letter_and_redrive_whose_replies_are_lost_act_once(

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 from redis.asyncio import Redis
+from redis.exceptions import ResponseError
 
 from splatq.services.webhook_dispatcher.dispatcher import Dispatcher
 from splatq.shared.engine.queue import JobQueue
@@ -126,6 +127,32 @@ async def test_a_peek_taken_for_another_tenant_is_never_used(
     gates = await dispatcher.gatekeeper.gates([message], {("other", ep.id): peek})
     assert gates[message.id].url == "https://93.184.216.34/acme"
     assert gates[message.id].secrets == (ep.secret,)
+
+
+async def test_a_failed_peek_or_an_ask_is_gated_after_the_claim(
+    queue: JobQueue, redis: Redis, settings: Settings
+) -> None:
+    """A peek that came back as an error (a slot in migration answers TRYAGAIN) or as
+    `ask` answers nothing: the gate itself runs for those messages, and takes the half-open
+    probe where one is due (one message probes, its batch-mate waits)."""
+    store = EndpointStore(queue)
+    ok = await store.create("acme", "https://93.184.216.34/ok", [])
+    due = await store.create("acme", "https://93.184.216.34/due", [])
+    await redis.hset(queue.keys.webhook_endpoint("acme", due.id),  # type: ignore[misc]
+                     mapping=PROBE_STATES["open, due"])  # fmt: skip
+    peek_due = await store.scripts.run(store.gate_call("acme", due.id, peek=True))
+    assert _strings(peek_due) == [ASK]
+    gatekeeper = Dispatcher(JobQueue(redis, settings)).gatekeeper
+    messages = [
+        Message(f"evt_{i}:{e.id}", 0, f"evt_{i}", COMPLETED, "", "acme", "", b"{}", 1, e.id)
+        for i, e in enumerate((ok, due, due))
+    ]
+    peeks = {("acme", ok.id): ResponseError("TRYAGAIN"), ("acme", due.id): peek_due}
+    gates = await gatekeeper.gates(messages, peeks)
+    assert [gates[m.id].verdict for m in messages] == ["send", "probe", "defer"]
+    assert gates[messages[0].id].url == "https://93.184.216.34/ok"
+    state = await redis.hget(queue.keys.webhook_endpoint("acme", due.id), "circuit")  # type: ignore[misc]
+    assert state == "half_open"
 
 
 async def test_a_closed_endpoint_is_gated_in_the_claims_round_trip(
